@@ -1,0 +1,256 @@
+"""The delivery engine: one attempt of one event, from the gate to the decision.
+
+``attempt_delivery`` is what the Celery task calls. It either finishes the event (delivered, a
+duplicate, or dead-lettered with a reason), asks for a deferral (the event was not attempted, so
+no retry is consumed), or raises :class:`RetryableDelivery` carrying the countdown the retry
+policy chose, which the task's ``autoretry_for`` turns into a Celery retry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from app.config import settings
+from app.deadletter import DeadLetter, DeadLetterQueue
+from app.endpoints import ENDPOINT_ID_PATTERN, Endpoint
+from app.gates import Gate, Verdict
+from app.logs import log_event
+from app.policy import Outcome, classify, parse_retry_after, retry_countdown
+from app.sender import AttemptResult, WebhookEvent, send
+
+MAX_EVENT_ID_LENGTH = 200
+#: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
+GONE_REASON = "gone: the receiver answered 410 Gone"
+MAX_EVENT_TYPE_LENGTH = 200
+
+
+class MalformedEvent(ValueError):
+    """A task message that can never be delivered as it is."""
+
+
+class RetryableDelivery(Exception):
+    """The attempt failed in a way worth retrying; ``countdown`` is the policy's delay.
+
+    The task lists this in ``autoretry_for``; its ``retry()`` reads the countdown from here.
+    """
+
+    def __init__(self, message: str, *, countdown: float, request: DeliveryRequest) -> None:
+        super().__init__(message)
+        self.countdown = countdown
+        self.request = request
+
+
+@dataclass(frozen=True)
+class DeliveryRequest:
+    """One event bound for one endpoint, as the task message carries it."""
+
+    endpoint_id: str
+    event_type: str
+    payload: Any
+    event_id: str
+    deadline: float | None = None
+    #: Attempts already made (deferrals do not count).
+    attempts: int = 0
+    #: Unix time of the first attempt; None before it.
+    first_attempt_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The event needs nothing more: ``outcome`` is delivered, duplicate or dead_lettered."""
+
+    outcome: str
+    reason: str = ""
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The event was not attempted; try again in ``countdown`` seconds, attempt count unchanged."""
+
+    countdown: float
+    reason: str
+    request: DeliveryRequest
+
+
+def to_timestamp(value: Any, *, name: str) -> float | None:
+    """A deadline as Unix seconds from a number, a datetime or an ISO 8601 string."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise MalformedEvent(f"{name} must be a time, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            pass
+    raise MalformedEvent(f"{name} must be Unix seconds or an ISO 8601 time, got {value!r}")
+
+
+def validate_event(endpoint_id: Any, event_type: Any, payload: Any, event_id: Any) -> None:
+    """Raise :class:`MalformedEvent` saying what is wrong with an event's fields."""
+    if not isinstance(endpoint_id, str) or not ENDPOINT_ID_PATTERN.match(endpoint_id):
+        raise MalformedEvent(f"endpoint id {endpoint_id!r} is not a valid endpoint id")
+    if not isinstance(event_type, str) or not 0 < len(event_type) <= MAX_EVENT_TYPE_LENGTH:
+        raise MalformedEvent(
+            f"event type must be a non-empty string of at most {MAX_EVENT_TYPE_LENGTH} characters"
+        )
+    if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_EVENT_ID_LENGTH:
+        raise MalformedEvent(
+            f"event id must be a non-empty string of at most {MAX_EVENT_ID_LENGTH} characters"
+        )
+    if any(ch.isspace() or not ch.isprintable() for ch in event_id):
+        raise MalformedEvent(f"event id {event_id!r} must not contain spaces or control characters")
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise MalformedEvent(f"payload is not JSON-serialisable: {exc}") from None
+
+
+class DeliveryEngine:
+    """Runs attempts; holds the Redis-backed gate and dead-letter queue it needs."""
+
+    def __init__(self, gate: Gate | None = None, dlq: DeadLetterQueue | None = None) -> None:
+        self.gate = gate or Gate()
+        self.dlq = dlq or DeadLetterQueue()
+
+    def attempt(self, request: DeliveryRequest, *, token: str) -> Finished | Deferred:
+        """One attempt of ``request``; raises :class:`RetryableDelivery` to schedule a retry."""
+        now = time.time()
+        if request.deadline is not None and now >= request.deadline:
+            return self.dead_letter(request, "expired", detail="deadline passed before sending")
+        admission = self.gate.admit(request.endpoint_id, request.event_id, token)
+        match admission.verdict:
+            case Verdict.DUPLICATE:
+                log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
+                          event_id=request.event_id)
+                return Finished("duplicate")
+            case Verdict.MISSING:
+                return self.dead_letter(request, "endpoint_removed")
+            case Verdict.DISABLED:
+                reason = ("endpoint_gone" if admission.detail.startswith("gone")
+                          else "endpoint_disabled")
+                return self.dead_letter(request, reason, detail=admission.detail)
+            case Verdict.POISON:
+                return self.dead_letter(request, "worker_lost", detail=admission.detail)
+            case Verdict.BUSY:
+                # Another worker is sending this very event; look again when its lease ends.
+                countdown = admission.wait + random.uniform(0.05, 0.5)
+                log_event("delivery.deferred", endpoint_id=request.endpoint_id,
+                          event_id=request.event_id, reason="in_flight", countdown=countdown)
+                return Deferred(countdown, "in_flight", request)
+        assert admission.endpoint is not None
+        return self._send(admission.endpoint, request, token, now)
+
+    def _send(
+        self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float
+    ) -> Finished:
+        first_attempt_at = request.first_attempt_at or started
+        request = replace(request, attempts=request.attempts + 1, first_attempt_at=first_attempt_at)
+        event = WebhookEvent(
+            request.event_id, request.event_type, request.payload, first_attempt_at
+        )
+        result = send(endpoint, event)
+        ended = time.time()
+        outcome = Outcome.RETRY if result.status is None else classify(result.status)
+        if result.refused:
+            self.gate.settle(endpoint.id, event.id, token, "failed")
+            return self.dead_letter(request, "refused", result=result, at=ended)
+        if outcome is Outcome.DELIVERED:
+            self.gate.settle(endpoint.id, event.id, token, "delivered")
+            self._log_attempt("delivery.succeeded", request, result)
+            return Finished("delivered", status=result.status)
+        if outcome is Outcome.GONE:
+            self.gate.settle(endpoint.id, event.id, token, "gone", reason=GONE_REASON)
+            log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
+                      reason="gone", status=410)
+            return self.dead_letter(request, "endpoint_gone", result=result, at=ended)
+        self.gate.settle(endpoint.id, event.id, token, "failed")
+        if outcome is Outcome.REJECTED:
+            return self.dead_letter(request, "rejected", result=result, at=ended)
+        return self._schedule_retry(endpoint, request, result, ended)
+
+    def _schedule_retry(
+        self, endpoint: Endpoint, request: DeliveryRequest, result: AttemptResult, ended: float
+    ) -> Finished:
+        config = settings()
+        policy = endpoint.policy()
+        countdown = retry_countdown(
+            policy,
+            request.attempts,
+            retry_after=parse_retry_after(result.retry_after, now=ended),
+            retry_after_cap=config.retry_after_cap,
+        )
+        assert request.first_attempt_at is not None
+        due = ended + countdown
+        if request.attempts >= policy.max_attempts:
+            detail = f"attempt {request.attempts} of {policy.max_attempts}"
+            return self._give_up(request, result, ended, detail)
+        if due - request.first_attempt_at > policy.max_age:
+            detail = f"next attempt would be past max_age ({policy.max_age:g}s)"
+            return self._give_up(request, result, ended, detail)
+        if request.deadline is not None and due >= request.deadline:
+            return self.dead_letter(request, "expired", result=result, at=ended,
+                                    detail="next attempt would be past the deadline")
+        self._log_attempt("delivery.retry_scheduled", request, result, countdown=countdown)
+        raise RetryableDelivery(
+            f"attempt {request.attempts} failed: {result.status or result.error}",
+            countdown=countdown,
+            request=request,
+        )
+
+    def _give_up(
+        self, request: DeliveryRequest, result: AttemptResult, ended: float, detail: str
+    ) -> Finished:
+        self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING)
+        return self.dead_letter(request, "exhausted", result=result, at=ended, detail=detail)
+
+    def dead_letter(
+        self,
+        request: DeliveryRequest,
+        reason: str,
+        *,
+        result: AttemptResult | None = None,
+        at: float | None = None,
+        detail: str = "",
+    ) -> Finished:
+        """Store the event in the dead-letter queue with ``reason`` and log it."""
+        self.dlq.add(
+            DeadLetter(
+                endpoint_id=request.endpoint_id,
+                event_id=request.event_id,
+                event_type=request.event_type,
+                payload=request.payload,
+                reason=reason,
+                attempts=request.attempts,
+                first_attempt_at=request.first_attempt_at,
+                last_attempt_at=at if result is not None else None,
+                last_status=result.status if result else None,
+                last_error=result.error if result else "",
+                detail=detail,
+            )
+        )
+        log_event("delivery.dead_lettered", level=logging.WARNING,
+                  endpoint_id=request.endpoint_id, event_id=request.event_id, reason=reason,
+                  attempt=request.attempts, status=result.status if result else None,
+                  detail=detail or None)
+        return Finished("dead_lettered", reason=reason, status=result.status if result else None)
+
+    @staticmethod
+    def _log_attempt(
+        name: str, request: DeliveryRequest, result: AttemptResult, *,
+        level: int = logging.INFO, **extra: Any,
+    ) -> None:
+        log_event(name, level=level, endpoint_id=request.endpoint_id, event_id=request.event_id,
+                  event_type=request.event_type, attempt=request.attempts, status=result.status,
+                  error=result.error or None, latency=result.latency, **extra)

@@ -1,0 +1,293 @@
+"""The endpoint registry: where each subscriber's webhooks go and how they are signed.
+
+One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids. Secrets live
+only here; tasks carry the endpoint id, never its URL or secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import secrets as random_secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from app import store
+from app.config import ConfigError, check_policy_fits, settings
+from app.policy import PolicyError, RetryPolicy
+
+ENDPOINT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SECRET_PREFIX = "whsec_"
+MAX_URL_LENGTH = 2048
+#: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
+MAX_TIMEOUT = 120.0
+
+
+class EndpointError(ValueError):
+    """Bad endpoint input; the message says what to fix."""
+
+
+class UnknownEndpoint(EndpointError):
+    def __init__(self, endpoint_id: str) -> None:
+        super().__init__(f"no endpoint {endpoint_id!r}: add it with 'hookline endpoint add'")
+        self.endpoint_id = endpoint_id
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A receiver of webhooks.
+
+    :param id: the name tasks use, ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``.
+    :param url: where events are POSTed (http or https).
+    :param secrets: signing secrets, newest first; every one signs each request.
+    :param enabled: False stops all sends (events go to the dead-letter queue).
+    :param timeout: read timeout in seconds, or None for ``HOOKLINE_READ_TIMEOUT``.
+    :param retry_policy: overrides of the global retry policy's fields.
+    """
+
+    id: str
+    url: str
+    secrets: tuple[str, ...]
+    enabled: bool = True
+    disabled_reason: str = ""
+    timeout: float | None = None
+    retry_policy: Mapping[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def policy(self) -> RetryPolicy:
+        return settings().retry_policy.replace(self.retry_policy)
+
+    def read_timeout(self) -> float:
+        return self.timeout if self.timeout is not None else settings().read_timeout
+
+    def to_hash(self) -> dict[str, str]:
+        return {
+            "url": self.url,
+            "secrets": json.dumps(list(self.secrets)),
+            "enabled": "1" if self.enabled else "0",
+            "disabled_reason": self.disabled_reason,
+            "timeout": "" if self.timeout is None else repr(self.timeout),
+            "retry_policy": json.dumps(dict(self.retry_policy)),
+            "created_at": repr(self.created_at),
+            "updated_at": repr(self.updated_at),
+        }
+
+    @classmethod
+    def from_hash(cls, endpoint_id: str, data: Mapping[str, str]) -> Endpoint:
+        timeout = data.get("timeout") or ""
+        return cls(
+            id=endpoint_id,
+            url=data["url"],
+            secrets=tuple(json.loads(data.get("secrets") or "[]")),
+            enabled=data.get("enabled", "1") == "1",
+            disabled_reason=data.get("disabled_reason", ""),
+            timeout=float(timeout) if timeout else None,
+            retry_policy=json.loads(data.get("retry_policy") or "{}"),
+            created_at=float(data.get("created_at") or 0),
+            updated_at=float(data.get("updated_at") or 0),
+        )
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the secrets, which are masked: safe for listings and logs."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "enabled": self.enabled,
+            "disabled_reason": self.disabled_reason or None,
+            "timeout": self.timeout,
+            "retry_policy": dict(self.retry_policy),
+            "secrets": [mask_secret(s) for s in self.secrets],
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+def mask_secret(secret: str) -> str:
+    return SECRET_PREFIX + "..." + ("*" * 4)
+
+
+def generate_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(random_secrets.token_bytes(32)).decode()
+
+
+def validate_endpoint_id(endpoint_id: str) -> str:
+    if not isinstance(endpoint_id, str) or not ENDPOINT_ID_PATTERN.match(endpoint_id):
+        raise EndpointError(
+            f"endpoint id {endpoint_id!r} is invalid: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return endpoint_id
+
+
+def validate_url(url: str) -> str:
+    if not isinstance(url, str) or not url:
+        raise EndpointError("url is required")
+    if len(url) > MAX_URL_LENGTH:
+        raise EndpointError(f"url is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise EndpointError(f"url {url!r} is malformed: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise EndpointError(
+            f"url {url!r} has scheme {parts.scheme or '(none)'!r}: only http and https are allowed"
+        )
+    if not parts.hostname:
+        raise EndpointError(f"url {url!r} has no host")
+    if parts.username is not None or parts.password is not None:
+        raise EndpointError("url must not carry credentials (user:password@); sign with secrets")
+    if parts.fragment:
+        raise EndpointError(f"url {url!r} has a #fragment, which is never sent")
+    if port == 0:
+        raise EndpointError(f"url {url!r} has port 0")
+    return url
+
+
+def validate_secret(secret: str) -> str:
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64")
+    try:
+        raw = base64.b64decode(secret[len(SECRET_PREFIX) :] + "==", validate=True)
+    except (binascii.Error, ValueError):
+        raise EndpointError("the secret after 'whsec_' is not valid base64") from None
+    if not 24 <= len(raw) <= 64:
+        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}")
+    return secret
+
+
+def validate_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if not 0.1 <= timeout <= MAX_TIMEOUT:
+        raise EndpointError(f"timeout {timeout!r} must be between 0.1 and {MAX_TIMEOUT:g} seconds")
+    return float(timeout)
+
+
+def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        policy = settings().retry_policy.replace(overrides)
+        check_policy_fits(policy, settings(), source="retry policy")
+    except (PolicyError, ConfigError) as exc:
+        raise EndpointError(f"invalid retry policy: {exc}") from None
+    return dict(overrides)
+
+
+class EndpointRegistry:
+    """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the ``hookline:endpoints`` set."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis = redis_client or store.client()
+
+    def add(
+        self,
+        endpoint_id: str,
+        url: str,
+        *,
+        secret: str | None = None,
+        timeout: float | None = None,
+        retry_policy: Mapping[str, Any] | None = None,
+    ) -> Endpoint:
+        """Register an endpoint; a secret is generated when none is given."""
+        validate_endpoint_id(endpoint_id)
+        now = time.time()
+        endpoint = Endpoint(
+            id=endpoint_id,
+            url=validate_url(url),
+            secrets=(validate_secret(secret) if secret else generate_secret(),),
+            timeout=validate_timeout(timeout),
+            retry_policy=validate_policy_override(retry_policy or {}),
+            created_at=now,
+            updated_at=now,
+        )
+        key = store.endpoint_key(endpoint_id)
+        # HSETNX on the url field makes "add" refuse an existing endpoint atomically.
+        if not self.redis.hsetnx(key, "url", endpoint.url):
+            raise EndpointError(f"endpoint {endpoint_id!r} exists already: use 'endpoint update'")
+        pipe = self.redis.pipeline()
+        pipe.hset(key, mapping=endpoint.to_hash())
+        pipe.sadd(store.ENDPOINT_INDEX, endpoint_id)
+        pipe.execute()
+        return endpoint
+
+    def get(self, endpoint_id: str) -> Endpoint | None:
+        validate_endpoint_id(endpoint_id)
+        data = self.redis.hgetall(store.endpoint_key(endpoint_id))
+        return Endpoint.from_hash(endpoint_id, data) if data else None
+
+    def require(self, endpoint_id: str) -> Endpoint:
+        endpoint = self.get(endpoint_id)
+        if endpoint is None:
+            raise UnknownEndpoint(endpoint_id)
+        return endpoint
+
+    def list(self) -> list[Endpoint]:
+        ids = sorted(self.redis.smembers(store.ENDPOINT_INDEX))
+        pipe = self.redis.pipeline()
+        for endpoint_id in ids:
+            pipe.hgetall(store.endpoint_key(endpoint_id))
+        return [
+            Endpoint.from_hash(endpoint_id, data)
+            for endpoint_id, data in zip(ids, pipe.execute(), strict=True)
+            if data
+        ]
+
+    def update(
+        self,
+        endpoint_id: str,
+        *,
+        url: str | None = None,
+        secret: str | None = None,
+        timeout: float | None = None,
+        retry_policy: Mapping[str, Any] | None = None,
+    ) -> Endpoint:
+        """Change an endpoint; pending retries use the new values at their next attempt."""
+        endpoint = self.require(endpoint_id)
+        changes: dict[str, Any] = {"updated_at": time.time()}
+        if url is not None:
+            changes["url"] = validate_url(url)
+        if secret is not None:
+            changes["secrets"] = (validate_secret(secret),)
+        if timeout is not None:
+            changes["timeout"] = validate_timeout(timeout)
+        if retry_policy is not None:
+            changes["retry_policy"] = validate_policy_override(
+                {**endpoint.retry_policy, **retry_policy}
+            )
+        return self._save(replace(endpoint, **changes))
+
+    def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:
+        endpoint = self.require(endpoint_id)
+        return self._save(
+            replace(endpoint, enabled=False, disabled_reason=reason, updated_at=time.time())
+        )
+
+    def enable(self, endpoint_id: str) -> Endpoint:
+        endpoint = self.require(endpoint_id)
+        return self._save(
+            replace(endpoint, enabled=True, disabled_reason="", updated_at=time.time())
+        )
+
+    def remove(self, endpoint_id: str) -> None:
+        self.require(endpoint_id)
+        pipe = self.redis.pipeline()
+        pipe.delete(store.endpoint_key(endpoint_id))
+        pipe.srem(store.ENDPOINT_INDEX, endpoint_id)
+        pipe.execute()
+
+    def _save(self, endpoint: Endpoint) -> Endpoint:
+        key = store.endpoint_key(endpoint.id)
+        # Only fields of an endpoint that still exists: a concurrent remove wins.
+        script = self.redis.register_script(store.load_script("save_endpoint"))
+        mapping = endpoint.to_hash()
+        flat = [item for pair in mapping.items() for item in pair]
+        if not script(keys=[key], args=flat):
+            raise UnknownEndpoint(endpoint.id)
+        return endpoint
+

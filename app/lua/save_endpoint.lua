@@ -1,0 +1,7 @@
+-- Save an endpoint's fields only if the endpoint still exists (a concurrent remove wins).
+-- KEYS[1]  hookline:{ep}:endpoint (hash)
+-- ARGV     field, value, field, value, ...
+-- Returns  1 if saved, 0 if the endpoint does not exist.
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1

@@ -1,0 +1,182 @@
+"""Retry policy and outcome classification: pure functions, no Redis, no HTTP.
+
+The backoff formula is one function (:func:`compute_backoff`) that tests call with a fixed random
+source, as Dramatiq's ``common.compute_backoff`` does.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+#: No backoff may exceed this, whatever the settings say (one week, in seconds): a bound that
+#: keeps every computed due time a small finite float.
+MAX_BACKOFF_LIMIT = 7 * 24 * 3600.0
+
+
+class PolicyError(ValueError):
+    """A retry setting is out of range; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """When and how often a failed delivery is tried again.
+
+    :param initial_backoff: delay before the second attempt, in seconds (default 5).
+    :param multiplier: growth factor per attempt, finite and >= 1 (default 2).
+    :param max_backoff: ceiling of any one delay, in seconds (default 3,600).
+    :param jitter: fraction in [0, 1] by which a delay is shortened at random (default 0.2), so
+        retries of many events failed together spread out instead of arriving as one burst.
+    :param max_attempts: attempts in all, the first included (default 30).
+    :param max_age: seconds after the first attempt past which no retry is scheduled
+        (default 86,400: one day, like Svix's ~28 hours).
+    """
+
+    initial_backoff: float = 5.0
+    multiplier: float = 2.0
+    max_backoff: float = 3600.0
+    jitter: float = 0.2
+    max_attempts: int = 30
+    max_age: float = 86400.0
+
+    def __post_init__(self) -> None:
+        _check_finite("initial_backoff", self.initial_backoff, minimum=0.0)
+        _check_finite("multiplier", self.multiplier, minimum=1.0)
+        _check_finite("max_backoff", self.max_backoff, minimum=0.0, maximum=MAX_BACKOFF_LIMIT)
+        _check_finite("jitter", self.jitter, minimum=0.0, maximum=1.0)
+        _check_finite("max_age", self.max_age, minimum=0.0)
+        if self.initial_backoff > self.max_backoff:
+            raise PolicyError(
+                f"initial_backoff ({self.initial_backoff}) must not exceed "
+                f"max_backoff ({self.max_backoff})"
+            )
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise PolicyError(f"max_attempts must be an integer, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise PolicyError(f"max_attempts must be at least 1, got {self.max_attempts}")
+
+    def replace(self, overrides: Mapping[str, Any]) -> RetryPolicy:
+        """This policy with some fields changed (an endpoint's override), validated again."""
+        unknown = set(overrides) - set(POLICY_FIELDS)
+        if unknown:
+            raise PolicyError(
+                f"unknown retry setting(s) {sorted(unknown)}; known: {', '.join(POLICY_FIELDS)}"
+            )
+        return RetryPolicy(**{**asdict(self), **overrides})
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def schedule(self) -> list[float]:
+        """Nominal delays (no jitter) between successive attempts."""
+        return [compute_backoff(self, n, rand=lambda: 0.0) for n in range(1, self.max_attempts)]
+
+    def window(self) -> float:
+        """Seconds from the first to the last attempt without jitter, bounded by ``max_age``."""
+        return min(sum(self.schedule()), self.max_age)
+
+
+POLICY_FIELDS = tuple(RetryPolicy.__dataclass_fields__)
+
+
+def _check_finite(
+    name: str, value: Any, *, minimum: float, maximum: float | None = None
+) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PolicyError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise PolicyError(f"{name} must be finite, got {value!r}")
+    if value < minimum:
+        raise PolicyError(f"{name} must be >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise PolicyError(f"{name} must be <= {maximum}, got {value!r}")
+
+
+def compute_backoff(
+    policy: RetryPolicy, attempt: int, *, rand: Callable[[], float] = random.random
+) -> float:
+    """Delay in seconds after failed attempt number ``attempt`` (1 = the first attempt).
+
+    ``initial * multiplier ** (attempt - 1)``, capped at ``max_backoff``, then shortened by up to
+    ``jitter`` of itself at random. Computed in log space, so attempt 10,000 does not overflow.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt counts from 1, got {attempt}")
+    delay = policy.max_backoff
+    if policy.initial_backoff == 0:
+        delay = 0.0
+    elif policy.multiplier == 1:
+        delay = policy.initial_backoff
+    else:
+        exponent = (attempt - 1) * math.log(policy.multiplier)
+        if exponent < math.log(policy.max_backoff / policy.initial_backoff):
+            delay = policy.initial_backoff * math.exp(exponent)
+    delay = min(delay, policy.max_backoff)
+    return delay * (1.0 - policy.jitter * rand())
+
+
+class Outcome(enum.StrEnum):
+    """What one HTTP attempt means for the event."""
+
+    DELIVERED = "delivered"
+    RETRY = "retry"
+    GONE = "gone"
+    REJECTED = "rejected"
+
+
+#: Statuses that are worth trying again besides 5xx: timeout, too early, throttled.
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
+
+
+def classify(status: int) -> Outcome:
+    """The outcome of an HTTP response status (DESIGN.md's table)."""
+    if 200 <= status < 300:
+        return Outcome.DELIVERED
+    if status == 410:
+        return Outcome.GONE
+    if status in RETRYABLE_STATUSES or 500 <= status < 600:
+        return Outcome.RETRY
+    return Outcome.REJECTED
+
+
+def parse_retry_after(value: str | None, *, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), or None.
+
+    Invalid or negative values give None: the retry policy alone decides then.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - now)
+
+
+def retry_countdown(
+    policy: RetryPolicy,
+    attempt: int,
+    *,
+    retry_after: float | None = None,
+    retry_after_cap: float = 3600.0,
+    rand: Callable[[], float] = random.random,
+) -> float:
+    """Countdown after failed attempt ``attempt``: the policy's backoff, never shorter than the
+    receiver's Retry-After, which is itself capped so a receiver cannot park an event for years."""
+    delay = compute_backoff(policy, attempt, rand=rand)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, retry_after_cap))
+    return delay

@@ -1,0 +1,61 @@
+"""The Redis connection and Hookline's key names.
+
+Every key an endpoint owns carries the endpoint id as a hash tag (``hookline:{ep_1}:...``), so a
+Lua script that touches one endpoint's keys stays in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import resources
+
+import redis
+
+from app.config import settings
+
+_lock = threading.Lock()
+_client: tuple[int, redis.Redis] | None = None
+
+#: Key of the set of all endpoint ids.
+ENDPOINT_INDEX = "hookline:endpoints"
+
+
+def endpoint_key(endpoint_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:endpoint"
+
+
+def done_key(endpoint_id: str, event_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:done:{event_id}"
+
+
+def lease_key(endpoint_id: str, event_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:lease:{event_id}"
+
+
+def client() -> redis.Redis:
+    """This process's Redis client (thread-safe pool), made again after a fork."""
+    global _client
+    pid = os.getpid()
+    current = _client
+    if current is not None and current[0] == pid:
+        return current[1]
+    with _lock:
+        if _client is None or _client[0] != pid:
+            _client = (
+                pid,
+                redis.Redis.from_url(
+                    settings().redis_url,
+                    decode_responses=True,
+                    health_check_interval=30,
+                    socket_connect_timeout=5,
+                    socket_timeout=10,
+                    retry_on_timeout=True,
+                ),
+            )
+        return _client[1]
+
+
+def load_script(name: str) -> str:
+    """The text of ``app/lua/<name>.lua``."""
+    return resources.files("app.lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")

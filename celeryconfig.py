@@ -1,0 +1,91 @@
+"""Celery settings for Hookline. Every value can be set from the environment; each says why.
+
+Hookline's own settings (retry policy, timeouts, limits) are validated in ``app/config.py``;
+the values both need (Redis URL, visibility timeout) come from there so they always agree.
+"""
+
+import os
+
+from kombu import Queue
+
+from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
+from app.config import settings
+
+_settings = settings()
+
+# The broker is the same Redis as Hookline's state unless CELERY_BROKER_URL says otherwise.
+broker_url = _settings.broker_url
+# Results are not stored: the outcome of a delivery lives in Redis (done marker, dead-letter
+# queue), and a result backend would only add a write per task.
+result_backend = None
+task_ignore_result = True
+
+# JSON only: task arguments are an endpoint id, an event type and a JSON payload, and JSON
+# can be read by Flower, by other languages and by an operator with redis-cli. Pickle would let
+# anyone who can write to the queue run code in the worker.
+task_serializer = "json"
+accept_content = ["json"]
+result_serializer = "json"
+
+# Late acknowledgement: a message is acknowledged only after the attempt has an outcome that is
+# durable (delivered and marked done, retry published, or dead-lettered). A worker that dies
+# mid-send leaves the message unacknowledged and it is delivered again; the idempotency gate's
+# done marker stops a second send of an event whose delivery was already recorded.
+task_acks_late = True
+# A pool child killed mid-send (OOM, SIGKILL) requeues its message at once instead of losing it;
+# the admit script counts unsettled starts so a message that kills workers every time ends in
+# the dead-letter queue (reason worker_lost) instead of looping.
+task_reject_on_worker_lost = True
+# Failures are dead-lettered by the task before Celery sees them, so acknowledging a failed
+# task loses nothing.
+task_acks_on_failure_or_timeout = True
+# If the broker connection drops, running tasks' messages return to the queue; cancelling them
+# avoids a second copy running beside the first.
+worker_cancel_long_running_tasks_on_connection_loss = True
+
+# Prefetch one message per execution slot: a worker must not hoard events that another, idle
+# worker could send now, and a crash returns at most one message per slot to the queue.
+worker_prefetch_multiplier = int(os.environ.get("CELERY_WORKER_PREFETCH_MULTIPLIER", "1"))
+
+# How long an unacknowledged message stays invisible before Redis hands it to another worker.
+# It bounds how late a message held by a worker that died entirely (the whole container, not a
+# pool child) comes back, and every retry countdown must be shorter (Celery's Redis transport
+# redelivers longer countdowns twice): app/config.py refuses a max backoff that is not.
+broker_transport_options = {
+    "visibility_timeout": _settings.visibility_timeout,
+}
+# Retry publishing (a first delivery or a retry) for a few seconds when Redis blips, instead of
+# failing at once; past that the caller gets the error (send_webhook) or the event is
+# dead-lettered (a retry that cannot be published).
+task_publish_retry = True
+task_publish_retry_policy = {"max_retries": 3, "interval_start": 0, "interval_step": 0.5,
+                             "interval_max": 2}
+broker_connection_retry_on_startup = True
+
+# Webhook sending is I/O-bound: a thread pool keeps one worker process busy with many
+# receivers at once, so a receiver that takes 100 ms to answer does not cap throughput at
+# concurrency / 0.1 s. Threads share one Redis pool and one HTTP session per thread.
+# Celery's time limits are not enforced under threads: the HTTP client's connect and read
+# timeouts bound every attempt instead.
+worker_pool = os.environ.get("CELERY_WORKER_POOL", "threads")
+worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "32"))
+
+# Two queues: first deliveries and retries. `celery -A app worker` with no -Q consumes both.
+task_default_queue = DELIVERY_QUEUE
+task_queues = (Queue(DELIVERY_QUEUE), Queue(RETRY_QUEUE))
+task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE}}
+
+# Task events for Flower: names and arguments (endpoint id, event type, event id: never a URL
+# or secret, which stay in the endpoint registry).
+worker_send_task_events = True
+task_send_sent_event = True
+
+# On SIGTERM the worker stops taking messages and lets running attempts finish (warm shutdown);
+# messages it prefetched but did not start go back to the queue. A soft shutdown timeout gives
+# running attempts this many seconds after a second signal before the cold shutdown. Container
+# stop grace periods must be longer than the longest attempt plus this.
+worker_soft_shutdown_timeout = float(os.environ.get("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", "30"))
+worker_enable_soft_shutdown_on_idle = True
+
+worker_hijack_root_logger = True
+worker_redirect_stdouts = False

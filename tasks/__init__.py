@@ -1,0 +1,1 @@
+"""Celery task definitions only: thin wrappers around ``app.delivery``."""

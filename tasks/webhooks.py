@@ -1,0 +1,139 @@
+"""The webhook task. Thin: it unpacks the message and calls the delivery engine in ``app/``."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import redis
+from celery import Task
+from celery.exceptions import Reject
+from celery.signals import task_failure
+
+from app.celery import RETRY_QUEUE, app
+from app.config import settings
+from app.deadletter import DeadLetter, DeadLetterQueue
+from app.delivery import (
+    DeliveryEngine,
+    DeliveryRequest,
+    MalformedEvent,
+    RetryableDelivery,
+    to_timestamp,
+    validate_event,
+)
+from app.logs import log_event
+from app.policy import compute_backoff
+
+_engine: DeliveryEngine | None = None
+
+
+def engine() -> DeliveryEngine:
+    global _engine
+    if _engine is None:
+        _engine = DeliveryEngine()
+    return _engine
+
+
+class DeliveryTask(Task):
+    """Retries through ``autoretry_for`` with Hookline's own countdown.
+
+    Celery's ``retry_backoff`` is off: its factor is rounded to whole seconds and it knows
+    neither Retry-After nor per-endpoint policies. The engine computes the countdown when the
+    attempt ends and hands it over on :class:`RetryableDelivery`; ``retry()`` sends the retry to
+    the retry queue with the attempt count and first-attempt time in its arguments.
+    """
+
+    autoretry_for = (RetryableDelivery, redis.RedisError)
+    retry_backoff = False
+    max_retries = None  # the retry policy decides when to stop, and dead-letters the event
+    acks_late = True
+
+    def retry(self, args=None, kwargs=None, exc=None, throw=True, eta=None, countdown=None,
+              max_retries=None, **options):  # type: ignore[no-untyped-def]
+        kwargs = dict(self.request.kwargs if kwargs is None else kwargs)
+        if isinstance(exc, RetryableDelivery):
+            countdown = exc.countdown
+            kwargs["attempts"] = exc.request.attempts
+            kwargs["first_attempt_at"] = exc.request.first_attempt_at
+        elif countdown is None:
+            # Hookline's own Redis failed before the attempt: not an attempt at the receiver.
+            countdown = compute_backoff(settings().retry_policy, 1)
+        options.setdefault("queue", RETRY_QUEUE)
+        try:
+            return super().retry(args=args if args is not None else self.request.args,
+                                 kwargs=kwargs, exc=exc, throw=throw, eta=eta,
+                                 countdown=countdown, max_retries=max_retries, **options)
+        except Reject as reject:
+            # Publishing the retry failed (Celery would now drop the message): dead-letter it,
+            # spooled to disk if Redis itself is down.
+            _dead_letter_unexpected(self.request.args, kwargs, self.request.id, "retry_failed",
+                                    reject.reason)
+            raise
+
+
+@app.task(bind=True, base=DeliveryTask, name="hookline.deliver")
+def deliver(
+    self: DeliveryTask,
+    endpoint_id: str,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    deadline: Any = None,
+    attempts: int = 0,
+    first_attempt_at: float | None = None,
+) -> dict[str, Any]:
+    """Deliver one event to one endpoint (an attempt, a deferral or a scheduled retry).
+
+    ``event_id`` defaults to the task id, which Celery keeps across retries; ``deadline``
+    (Unix seconds, datetime or ISO 8601) is when the event stops being worth sending.
+    ``attempts`` and ``first_attempt_at`` are Hookline's bookkeeping, set on retries.
+    """
+    event_id = event_id or self.request.id
+    try:
+        validate_event(endpoint_id, event_type, payload, event_id)
+        request = DeliveryRequest(
+            endpoint_id=endpoint_id,
+            event_type=event_type,
+            payload=payload,
+            event_id=event_id,
+            deadline=to_timestamp(deadline, name="deadline"),
+            attempts=int(attempts),
+            first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
+        )
+    except (MalformedEvent, TypeError, ValueError) as exc:
+        _dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
+                                self.request.id, "malformed", exc)
+        return {"outcome": "dead_lettered", "reason": "malformed"}
+    result = engine().attempt(request, token=uuid.uuid4().hex)
+    if hasattr(result, "countdown"):  # Deferred: not an attempt, the count stays
+        raise self.retry(countdown=result.countdown)
+    return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
+
+
+@task_failure.connect(sender=deliver)
+def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any = None,
+                args: Any = None, kwargs: Any = None, **_: Any) -> None:
+    """Any failure the engine did not turn into an outcome (a bug, a lost dependency) ends in
+    the dead-letter queue with reason ``error`` instead of vanishing."""
+    _dead_letter_unexpected(args or (), kwargs or {}, task_id, "error", exception)
+
+
+def _dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | None, reason: str,
+                            exception: Any) -> None:
+    args = list(args) + [None] * 3
+    endpoint_id = args[0] if isinstance(args[0], str) else "invalid"
+    event_id = kwargs.get("event_id") or task_id or "unknown"
+    entry = DeadLetter(
+        endpoint_id=endpoint_id[:64],
+        event_id=str(event_id)[:200],
+        event_type=str(args[1]) if args[1] is not None else "",
+        payload=args[2],
+        reason=reason,
+        attempts=int(kwargs.get("attempts") or 0),
+        first_attempt_at=kwargs.get("first_attempt_at"),
+        last_error=f"{type(exception).__name__}: {exception}"[:500],
+    )
+    DeadLetterQueue().add(entry)
+    log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id=entry.endpoint_id,
+              event_id=entry.event_id, reason=reason, error=type(exception).__name__)
