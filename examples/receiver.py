@@ -1,0 +1,212 @@
+"""A webhook receiver on loopback that records every request and answers as scripted.
+
+Used by the tests (real HTTP, no mocks), by ``make demo`` and by docker-compose's ``receiver``.
+Each path has a behaviour: a function of the attempt number *for that webhook-id* (1 for the
+first request carrying an id, 2 for the next...) returning a :class:`Reply`.
+
+    python -m examples.receiver --port 8099      # the demo's routes, see DEMO_ROUTES
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How to answer one request.
+
+    :param action: ``None`` to answer normally; ``"close"`` drops the connection without an
+        answer; ``"endless"`` sends a 200 whose body never ends (until the client gives up);
+        ``"cut"`` sends a status line and half a body, then closes.
+    """
+
+    status: int = 204
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    delay: float = 0.0
+    action: str | None = None
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as it arrived."""
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+    webhook_id: str
+    attempt: int
+    status: int
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Behaviour = Callable[[int], Reply]
+
+
+def always(reply: Reply) -> Behaviour:
+    return lambda attempt: reply
+
+
+def fail_first(times: int, failure: Reply, then: Reply | None = None) -> Behaviour:
+    """Answer ``failure`` to the first ``times`` attempts of each event, then ``then``."""
+    success = then or Reply(204)
+    return lambda attempt: failure if attempt <= times else success
+
+
+class Receiver:
+    """A threaded HTTP server on 127.0.0.1; ``url(path)`` gives the address of a route."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.routes: dict[str, Behaviour] = {}
+        self.default: Behaviour = always(Reply(204))
+        self.received: list[Received] = []
+        self._attempts: Counter[tuple[str, str]] = Counter()
+        self._changed = threading.Condition()
+        self.server = ThreadingHTTPServer((host, port), self._handler_class())
+        self.server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def route(self, path: str, behaviour: Behaviour) -> str:
+        """Answer requests to ``path`` with ``behaviour``; returns the route's URL."""
+        self.routes[path] = behaviour
+        return self.url(path)
+
+    def start(self) -> Receiver:
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> Receiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def requests_to(self, path: str) -> list[Received]:
+        with self._changed:
+            return [r for r in self.received if r.path == path]
+
+    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout: float = 30.0) -> bool:
+        """Block until ``predicate(received)`` holds or ``timeout`` passes; returns whether it held."""
+        end = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self.received):
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+            return True
+
+    def _record(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Reply]:
+        webhook_id = headers.get("webhook-id", "")
+        with self._changed:
+            self._attempts[(path, webhook_id)] += 1
+            attempt = self._attempts[(path, webhook_id)]
+        reply = self.routes.get(path, self.default)(attempt)
+        with self._changed:
+            self.received.append(
+                Received(path, headers, body, time.time(), webhook_id, attempt, reply.status)
+            )
+            self._changed.notify_all()
+        return attempt, reply
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                _, reply = receiver._record(self.path, headers, body)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                if reply.action == "close":
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                if reply.action == "endless":
+                    self.send_header("Content-Length", str(10**12))
+                    self.end_headers()
+                    self._stream_forever()
+                    return
+                if reply.action == "cut":
+                    self.send_header("Content-Length", str(len(reply.body) * 2 + 100))
+                    self.end_headers()
+                    self.wfile.write(reply.body)
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                if reply.body:
+                    self.wfile.write(reply.body)
+
+            def _stream_forever(self) -> None:
+                chunk = b"x" * 65536
+                try:
+                    while True:
+                        self.wfile.write(chunk)
+                except OSError:
+                    self.close_connection = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+#: The demo's routes: a healthy receiver, a flaky one, a throttling one, a slow one, a gone one.
+DEMO_ROUTES: dict[str, Behaviour] = {
+    "/ok": always(Reply(204)),
+    "/flaky": fail_first(2, Reply(503, body=b"upstream unavailable")),
+    "/throttled": fail_first(1, Reply(429, headers={"Retry-After": "1"})),
+    "/slow": fail_first(1, Reply(200, delay=3.0)),
+    "/gone": always(Reply(410, body=b"this endpoint no longer exists")),
+    "/rejects": always(Reply(400, body=b"bad payload")),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8099)
+    options = parser.parse_args()
+    receiver = Receiver(options.host, options.port)
+    for path, behaviour in DEMO_ROUTES.items():
+        receiver.route(path, behaviour)
+    print(f"demo receiver on http://{options.host}:{receiver.port} routes: {', '.join(DEMO_ROUTES)}",
+          flush=True)
+    receiver.server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
