@@ -36,9 +36,10 @@ task_acks_late = True
 # the admit script counts unsettled starts so a message that kills workers every time ends in
 # the dead-letter queue (reason worker_lost) instead of looping.
 task_reject_on_worker_lost = True
-# Failures are dead-lettered by the task before Celery sees them, so acknowledging a failed
-# task loses nothing.
-task_acks_on_failure_or_timeout = True
+# Failures are dead-lettered (the task_failure handler) before the message is acknowledged, so
+# acknowledging a failed task loses nothing and a poison message does not loop.
+task_acks_on_failure = True
+task_acks_on_timeout = True
 # If the broker connection drops, running tasks' messages return to the queue; cancelling them
 # avoids a second copy running beside the first.
 worker_cancel_long_running_tasks_on_connection_loss = True

@@ -33,17 +33,18 @@ class RetryPolicy:
     :param max_backoff: ceiling of any one delay, in seconds (default 3,600).
     :param jitter: fraction in [0, 1] by which a delay is shortened at random (default 0.2), so
         retries of many events failed together spread out instead of arriving as one burst.
-    :param max_attempts: attempts in all, the first included (default 30).
+    :param max_attempts: attempts in all, the first included (default 35: with the other
+        defaults, about 25 hours of retries, like Svix's ~28).
     :param max_age: seconds after the first attempt past which no retry is scheduled
-        (default 86,400: one day, like Svix's ~28 hours).
+        (default 172,800: two days).
     """
 
     initial_backoff: float = 5.0
     multiplier: float = 2.0
     max_backoff: float = 3600.0
     jitter: float = 0.2
-    max_attempts: int = 30
-    max_age: float = 86400.0
+    max_attempts: int = 35
+    max_age: float = 172800.0
 
     def __post_init__(self) -> None:
         _check_finite("initial_backoff", self.initial_backoff, minimum=0.0)
@@ -104,7 +105,8 @@ def compute_backoff(
     """Delay in seconds after failed attempt number ``attempt`` (1 = the first attempt).
 
     ``initial * multiplier ** (attempt - 1)``, capped at ``max_backoff``, then shortened by up to
-    ``jitter`` of itself at random. Computed in log space, so attempt 10,000 does not overflow.
+    ``jitter`` of itself at random. The cap is checked in log space first, so the power is only
+    taken when it is below the cap: attempt 10,000 does not overflow.
     """
     if attempt < 1:
         raise ValueError(f"attempt counts from 1, got {attempt}")
@@ -116,7 +118,7 @@ def compute_backoff(
     else:
         exponent = (attempt - 1) * math.log(policy.multiplier)
         if exponent < math.log(policy.max_backoff / policy.initial_backoff):
-            delay = policy.initial_backoff * math.exp(exponent)
+            delay = policy.initial_backoff * policy.multiplier ** (attempt - 1)
     delay = min(delay, policy.max_backoff)
     return delay * (1.0 - policy.jitter * rand())
 

@@ -22,6 +22,7 @@ from app.delivery import (
     to_timestamp,
     validate_event,
 )
+from app.endpoints import ENDPOINT_ID_PATTERN
 from app.logs import log_event
 from app.policy import compute_backoff
 
@@ -122,7 +123,8 @@ def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any =
 def _dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | None, reason: str,
                             exception: Any) -> None:
     args = list(args) + [None] * 3
-    endpoint_id = args[0] if isinstance(args[0], str) else "invalid"
+    valid_id = isinstance(args[0], str) and ENDPOINT_ID_PATTERN.match(args[0])
+    endpoint_id = args[0] if valid_id else "invalid"
     event_id = kwargs.get("event_id") or task_id or "unknown"
     entry = DeadLetter(
         endpoint_id=endpoint_id[:64],
@@ -133,6 +135,7 @@ def _dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | No
         attempts=int(kwargs.get("attempts") or 0),
         first_attempt_at=kwargs.get("first_attempt_at"),
         last_error=f"{type(exception).__name__}: {exception}"[:500],
+        detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
     )
     DeadLetterQueue().add(entry)
     log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id=entry.endpoint_id,

@@ -1,0 +1,310 @@
+"""The ``hookline`` command: endpoints, test events, dead letters and queue statistics.
+
+Every listing and ``show`` takes ``--json``. A signing secret is printed once, when
+``endpoint add`` generates it, and masked everywhere else. Bad input and an unreachable Redis
+end in a one-line ``Error: ...`` and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+import redis
+from kombu.exceptions import OperationalError
+
+from app import __version__
+from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
+from app.cli_dlq import dlq
+from app.cli_output import echo_fields, echo_json, echo_table, format_time, shorten
+from app.config import ConfigError, settings
+from app.deadletter import DeadLetterQueue
+from app.endpoints import Endpoint, EndpointError, EndpointRegistry
+from app.enqueue import WebhookInputError, send_webhook
+from app.policy import PolicyError
+
+#: Errors whose message already says what to fix: shown as is.
+INPUT_ERRORS = (EndpointError, WebhookInputError, ConfigError, PolicyError)
+DEFAULT_TEST_PAYLOAD = '{"message": "test event from hookline"}'
+
+
+def redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``, fit for an error message."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "(unparseable URL)"
+
+
+def redis_failure(exc: redis.RedisError, url: str, variable: str) -> click.ClickException:
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        problem = "does not answer"
+    else:
+        problem = "failed"
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return click.ClickException(f"Redis at {redacted(url)} ({variable}) {problem}: {detail}")
+
+
+class HooklineGroup(click.Group):
+    """Turns Hookline's input errors and an unreachable Redis into one-line errors."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except INPUT_ERRORS as exc:
+            raise click.ClickException(str(exc)) from None
+        except redis.RedisError as exc:
+            raise redis_failure(exc, settings().redis_url, "REDIS_URL") from None
+        except OperationalError as exc:  # Celery could not publish to its broker
+            raise click.ClickException(
+                f"the Celery broker at {redacted(settings().broker_url)} (CELERY_BROKER_URL, "
+                f"default REDIS_URL) does not answer: {exc}"
+            ) from None
+
+
+class JsonParam(click.ParamType):
+    """A JSON value given on the command line; ``object_only`` demands a JSON object."""
+
+    name = "JSON"
+
+    def __init__(self, *, object_only: bool = False) -> None:
+        self.object_only = object_only
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            self.fail(f"{value!r} is not valid JSON: {exc}", param, ctx)
+        if self.object_only and not isinstance(parsed, dict):
+            self.fail(f"{value!r} must be a JSON object, e.g. '{{\"max_attempts\": 5}}'",
+                      param, ctx)
+        return parsed
+
+
+RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
+                     "'{\"max_attempts\": 5, \"max_backoff\": 600}'.")
+
+
+@click.group(cls=HooklineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hookline")
+def main() -> None:
+    """Hookline: outbound webhook delivery on Celery and Redis.
+
+    Configuration comes from the environment (REDIS_URL, CELERY_BROKER_URL, HOOKLINE_*).
+    """
+
+
+main.add_command(dlq)
+
+
+# -- endpoints ------------------------------------------------------------------------------
+
+
+@main.group()
+def endpoint() -> None:
+    """Register and manage the receivers of webhooks."""
+
+
+def _status(item: Endpoint) -> str:
+    return "enabled" if item.enabled else f"disabled ({item.disabled_reason or 'no reason'})"
+
+
+@endpoint.command("add")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", required=True, help="Where events are POSTed (http or https).")
+@click.option("--secret", metavar="whsec_...",
+              help="Signing secret (whsec_ + base64 of 24-64 bytes); generated when omitted.")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="Read timeout for this endpoint (default HOOKLINE_READ_TIMEOUT).")
+@click.option("--retry-policy", type=JsonParam(object_only=True), help=RETRY_POLICY_HELP)
+def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
+                 retry_policy: dict[str, Any] | None) -> None:
+    """Register endpoint ID. Without --secret a secret is generated and printed once."""
+    added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
+                                   retry_policy=retry_policy)
+    click.echo(f"added endpoint {added.id} -> {added.url}")
+    if not secret:
+        click.echo(f"signing secret: {added.secrets[0]}")
+        click.echo("Store it now: it will not be shown again.")
+
+
+@endpoint.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
+def endpoint_list(as_json: bool) -> None:
+    """List endpoints."""
+    endpoints = EndpointRegistry().list()
+    if as_json:
+        echo_json([item.public() for item in endpoints])
+        return
+    if not endpoints:
+        click.echo("no endpoints: add one with 'hookline endpoint add ID --url URL'")
+        return
+    echo_table(
+        ["id", "url", "status", "timeout", "retry policy", "updated"],
+        [
+            (item.id, shorten(item.url), _status(item), item.timeout,
+             json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
+             else "default", format_time(item.updated_at))
+            for item in endpoints
+        ],
+    )
+
+
+@endpoint.command("show")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
+def endpoint_show(endpoint_id: str, as_json: bool) -> None:
+    """Show one endpoint, its effective retry policy included."""
+    item = EndpointRegistry().require(endpoint_id)
+    if as_json:
+        echo_json(item.public())
+        return
+    policy = item.policy()
+    default_timeout = item.timeout is None
+    echo_fields([
+        ("id", item.id),
+        ("url", item.url),
+        ("status", _status(item)),
+        ("secrets", ", ".join(item.public()["secrets"])),
+        ("read timeout", f"{item.read_timeout():g}s" + (" (default)" if default_timeout else "")),
+        ("retry policy", json.dumps(policy.as_dict(), sort_keys=True)),
+        ("overrides", json.dumps(dict(item.retry_policy), sort_keys=True)),
+        ("retry window", f"{policy.window():g}s"),
+        ("created", format_time(item.created_at)),
+        ("updated", format_time(item.updated_at)),
+    ])
+
+
+@endpoint.command("update")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", help="New URL (http or https).")
+@click.option("--secret", metavar="whsec_...", help="New signing secret (replaces the old one).")
+@click.option("--timeout", type=float, metavar="SECONDS", help="New read timeout.")
+@click.option("--retry-policy", type=JsonParam(object_only=True),
+              help=RETRY_POLICY_HELP + " Merged into the current overrides.")
+def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
+                    timeout: float | None, retry_policy: dict[str, Any] | None) -> None:
+    """Change endpoint ID; pending retries use the new values at their next attempt."""
+    changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy}
+    changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
+    if not changed:
+        raise click.UsageError("nothing to update: give --url, --secret, --timeout or "
+                               "--retry-policy")
+    EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
+                              retry_policy=retry_policy)
+    click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
+
+
+@endpoint.command("disable")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--reason", default="disabled by operator", show_default=True,
+              help="Why; shown in listings and dead letters.")
+def endpoint_disable(endpoint_id: str, reason: str) -> None:
+    """Stop sending to endpoint ID; its events go to the dead-letter queue."""
+    EndpointRegistry().disable(endpoint_id, reason)
+    click.echo(f"disabled endpoint {endpoint_id}")
+
+
+@endpoint.command("enable")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_enable(endpoint_id: str) -> None:
+    """Send to endpoint ID again."""
+    EndpointRegistry().enable(endpoint_id)
+    click.echo(f"enabled endpoint {endpoint_id}")
+
+
+@endpoint.command("remove")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def endpoint_remove(endpoint_id: str, yes: bool) -> None:
+    """Remove endpoint ID; its pending events will be dead-lettered (endpoint_removed)."""
+    registry = EndpointRegistry()
+    registry.require(endpoint_id)
+    if not yes:
+        click.confirm(f"Remove endpoint {endpoint_id}? Its pending events will be "
+                      "dead-lettered.", abort=True)
+    registry.remove(endpoint_id)
+    click.echo(f"removed endpoint {endpoint_id}")
+
+
+# -- send -----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("endpoint_id", metavar="ENDPOINT_ID")
+@click.option("--type", "event_type", default="hookline.test", show_default=True,
+              help="Event type.")
+@click.option("--payload", type=JsonParam(), default=DEFAULT_TEST_PAYLOAD, show_default=True,
+              help="Event data, as JSON.")
+@click.option("--event-id", help="Event id (default: a new UUID); the idempotency key.")
+def send(endpoint_id: str, event_type: str, payload: Any, event_id: str | None) -> None:
+    """Enqueue a test event for ENDPOINT_ID and print its event id."""
+    sent_id = send_webhook(endpoint_id, event_type, payload, event_id)
+    click.echo(sent_id)
+    target = EndpointRegistry().get(endpoint_id)
+    if target is not None and not target.enabled:
+        click.echo(f"warning: endpoint {endpoint_id!r} is disabled: the event will be "
+                   "dead-lettered", err=True)
+
+
+# -- stats ----------------------------------------------------------------------------------
+
+
+def queue_depths() -> dict[str, int]:
+    """Messages waiting in each Celery queue: the broker's lists, which may be another Redis."""
+    config = settings()
+    variable = "REDIS_URL" if config.broker_url == config.redis_url else "CELERY_BROKER_URL"
+    try:
+        broker = redis.Redis.from_url(config.broker_url, socket_connect_timeout=5,
+                                      socket_timeout=10)
+    except ValueError as exc:
+        raise click.ClickException(f"{variable}: {exc}") from None
+    try:
+        pipe = broker.pipeline(transaction=False)
+        for queue in (DELIVERY_QUEUE, RETRY_QUEUE):
+            pipe.llen(queue)
+        depths = pipe.execute()
+    except redis.RedisError as exc:
+        raise redis_failure(exc, config.broker_url, variable) from None
+    finally:
+        broker.close()
+    return dict(zip((DELIVERY_QUEUE, RETRY_QUEUE), map(int, depths), strict=True))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def stats(as_json: bool) -> None:
+    """Endpoints, queue depths and dead letters at a glance."""
+    endpoints = EndpointRegistry().list()
+    enabled = sum(1 for item in endpoints if item.enabled)
+    dead_letters = DeadLetterQueue()
+    report: dict[str, Any] = {
+        "endpoints": {"total": len(endpoints), "enabled": enabled,
+                      "disabled": len(endpoints) - enabled},
+        "queues": queue_depths(),
+        "dead_letters": {"total": dead_letters.count(),
+                         "by_reason": dead_letters.counts_by_reason()},
+    }
+    if as_json:
+        echo_json(report)
+        return
+    counts = report["endpoints"]
+    rows: list[tuple[str, Any]] = [
+        ("endpoints", f"{counts['total']} ({counts['enabled']} enabled, "
+                      f"{counts['disabled']} disabled)"),
+        *((f"queue {name}", depth) for name, depth in report["queues"].items()),
+        ("dead letters", report["dead_letters"]["total"]),
+        *((f"  {reason}", count) for reason, count
+          in sorted(report["dead_letters"]["by_reason"].items())),
+    ]
+    echo_fields(rows)

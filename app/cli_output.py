@@ -1,0 +1,64 @@
+"""How the ``hookline`` command prints: plain aligned tables for people, JSON for scripts.
+
+Tables are plain text (no colours, no wrapping) so that they survive pipes, ``grep`` and logs;
+``--json`` output has sorted keys so that it is stable from one release to the next.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import click
+
+#: Widest a free-text cell (an error message, a URL) gets in a table.
+MAX_CELL_WIDTH = 60
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def shorten(text: str, width: int = MAX_CELL_WIDTH) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Columns padded to their widest cell; ``None`` prints as ``-``."""
+    cells = [["-" if value is None else str(value) for value in row] for row in rows]
+    widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in
+              enumerate(headers)]
+    for row in [[header.upper() for header in headers], *cells]:
+        click.echo("  ".join(cell.ljust(width) for cell, width in
+                             zip(row, widths, strict=True)).rstrip())
+
+
+def echo_fields(fields: Iterable[tuple[str, Any]]) -> None:
+    """``name: value`` lines with the values aligned."""
+    pairs = [(name, "-" if value is None else str(value)) for name, value in fields]
+    width = max(len(name) for name, _ in pairs) + 1
+    for name, value in pairs:
+        click.echo(f"{name + ':':<{width}} {value}")
+
+
+def format_age(seconds: float) -> str:
+    """``45s``, ``12m``, ``3h``, ``2d``: the largest whole unit."""
+    seconds = abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def format_time(timestamp: float | None, *, now: float | None = None) -> str | None:
+    """Local time with its age, ``2026-11-29 16:52:13 (5m ago)``; None stays None."""
+    if timestamp is None:
+        return None
+    now = time.time() if now is None else now
+    when = datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+    age = format_age(now - timestamp)
+    return f"{when} ({age} ago)" if now >= timestamp else f"{when} (in {age})"

@@ -1,0 +1,154 @@
+"""Shared fixtures: a real Redis (its own database), real Celery worker processes, a real HTTP
+receiver on loopback.
+
+The environment below is set before ``app`` is imported, so the test process and the workers it
+starts share one configuration: short backoffs so retries happen within a test.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TEST_ENV = {
+    "REDIS_URL": os.environ.get("HOOKLINE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+    "HOOKLINE_INITIAL_BACKOFF": "0.2",
+    "HOOKLINE_BACKOFF_MULTIPLIER": "2",
+    "HOOKLINE_MAX_BACKOFF": "1.5",
+    "HOOKLINE_JITTER": "0.2",
+    "HOOKLINE_MAX_ATTEMPTS": "4",
+    "HOOKLINE_MAX_AGE": "60",
+    "HOOKLINE_RETRY_AFTER_CAP": "3",
+    "HOOKLINE_CONNECT_TIMEOUT": "1",
+    "HOOKLINE_READ_TIMEOUT": "1",
+}
+os.environ.update(TEST_ENV)
+os.environ.pop("CELERY_BROKER_URL", None)
+os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")
+
+from app import store  # noqa: E402
+from examples.receiver import Receiver  # noqa: E402
+
+
+def _hookline_keys_deleted() -> None:
+    client = store.client()
+    keys = list(client.scan_iter("hookline:*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])
+
+
+@pytest.fixture(scope="session")
+def redis_client():
+    client = store.client()
+    try:
+        client.ping()
+    except Exception as exc:  # pragma: no cover - environment problem, said plainly
+        pytest.exit(f"Redis at {TEST_ENV['REDIS_URL']} does not answer ({exc}); "
+                    "run the tests with 'make test', which starts one", returncode=3)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def clean_redis(request, redis_client) -> Iterator[None]:
+    """Each test starts with no Hookline state (endpoints, markers, dead letters). Broker keys
+    stay: deleting kombu's bindings under a running worker would lose messages."""
+    _hookline_keys_deleted()
+    yield
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as running:
+        yield running
+
+
+class WorkerProcess:
+    """``celery -A app worker`` in a subprocess, as in production."""
+
+    def __init__(self, name: str, *, concurrency: int = 8, pool: str = "threads",
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.log_path = ROOT / f".pytest-worker-{name}.log"
+        env = {**os.environ, **TEST_ENV, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
+        self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "app", "worker", "-l", "info",
+             "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 30.0) -> WorkerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker {self.name} exited:\n{self.log_path.read_text()}")
+            if " ready." in self.log_path.read_text():
+                return self
+            time.sleep(0.05)
+        raise RuntimeError(f"worker {self.name} not ready in {timeout}s:\n"
+                           f"{self.log_path.read_text()}")
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+def purge_queues() -> None:
+    """Drop messages left in Hookline's queues by an earlier run."""
+    client = store.client()
+    client.delete("hookline", "hookline.retry")
+
+
+@pytest.fixture(scope="session")
+def worker(redis_client) -> Iterator[WorkerProcess]:
+    """One worker for the whole session (threads pool, 8 slots)."""
+    purge_queues()
+    process = WorkerProcess("session").wait_ready()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def start_worker(redis_client) -> Iterator:
+    """Start extra workers for one test; they are stopped after it."""
+    started: list[WorkerProcess] = []
+
+    def start(name: str, **options) -> WorkerProcess:
+        process = WorkerProcess(name, **options)
+        started.append(process)
+        return process.wait_ready()
+
+    yield start
+    for process in started:
+        process.stop(signal.SIGKILL)
+
+
+def wait_until(condition, timeout: float = 20.0, interval: float = 0.05):
+    """Poll ``condition`` until it returns something truthy; fail the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(interval)
