@@ -37,12 +37,11 @@ class Admission:
 
 
 def _keys(endpoint_id: str, event_id: str) -> list[str]:
-    tag = f"hookline:{{{endpoint_id}}}"
     return [
         store.endpoint_key(endpoint_id),
-        f"{tag}:done:{event_id}",
-        f"{tag}:lease:{event_id}",
-        f"{tag}:starts:{event_id}",
+        store.done_key(endpoint_id, event_id),
+        store.lease_key(endpoint_id, event_id),
+        store.starts_key(endpoint_id, event_id),
     ]
 
 

@@ -33,6 +33,10 @@ def lease_key(endpoint_id: str, event_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:lease:{event_id}"
 
 
+def starts_key(endpoint_id: str, event_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:starts:{event_id}"
+
+
 def client() -> redis.Redis:
     """This process's Redis client (thread-safe pool), made again after a fork."""
     global _client
