@@ -105,9 +105,9 @@ def _retry_policy(env: Mapping[str, str]) -> RetryPolicy:
     try:
         return RetryPolicy(**values)  # type: ignore[arg-type]
     except PolicyError as exc:
-        variable = next((v for v, n in POLICY_VARIABLES.items() if str(exc).startswith(n)), None)
-        prefix = f"{variable}: " if variable else "HOOKLINE_* retry settings: "
-        raise ConfigError(prefix + str(exc)) from None
+        named = [v for v, n in POLICY_VARIABLES.items() if str(exc).startswith(n)]
+        prefix = named[0] if named else "HOOKLINE_* retry settings"
+        raise ConfigError(f"{prefix}: {exc}") from None
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

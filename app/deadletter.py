@@ -101,7 +101,7 @@ class DeadLetterQueue:
     """Store, list, replay and purge dead letters."""
 
     def __init__(self, redis_client: Any = None) -> None:
-        self.redis = redis_client or store.client()
+        self.redis: Any = redis_client or store.client()
 
     def add(self, entry: DeadLetter) -> None:
         """Store ``entry``; if Redis is unreachable, spool it to disk instead of losing it."""

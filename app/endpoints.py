@@ -153,8 +153,10 @@ def validate_url(url: str) -> str:
 def validate_secret(secret: str) -> str:
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64")
+    encoded = secret[len(SECRET_PREFIX) :]
     try:
-        raw = base64.b64decode(secret[len(SECRET_PREFIX) :] + "==", validate=True)
+        # Pad to a multiple of 4 only: strict decoding rejects padding beyond that.
+        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise EndpointError("the secret after 'whsec_' is not valid base64") from None
     if not 24 <= len(raw) <= 64:
@@ -183,7 +185,7 @@ class EndpointRegistry:
     """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the ``hookline:endpoints`` set."""
 
     def __init__(self, redis_client: Any = None) -> None:
-        self.redis = redis_client or store.client()
+        self.redis: Any = redis_client or store.client()
 
     def add(
         self,

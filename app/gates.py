@@ -49,7 +49,7 @@ class Gate:
     """Admit and settle attempts for (endpoint, event) pairs."""
 
     def __init__(self, redis_client: Any = None) -> None:
-        self.redis = redis_client or store.client()
+        self.redis: Any = redis_client or store.client()
         self._admit = self.redis.register_script(store.load_script("admit"))
         self._settle = self.redis.register_script(store.load_script("settle"))
 

@@ -51,7 +51,7 @@ class DeliveryTask(Task):
     acks_late = True
 
     def retry(self, args=None, kwargs=None, exc=None, throw=True, eta=None, countdown=None,
-              max_retries=None, **options):  # type: ignore[no-untyped-def]
+              max_retries=None, **options):
         kwargs = dict(self.request.kwargs if kwargs is None else kwargs)
         if isinstance(exc, RetryableDelivery):
             countdown = exc.countdown

@@ -6,6 +6,7 @@ Worker settings (tests/conftest.py): initial backoff 0.2 s doubling to 1.5 s, ji
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -88,7 +89,7 @@ def test_retries_follow_the_backoff_schedule(receiver):
     wait_delivered(endpoint.id, event_id)
     times = [r.at for r in receiver.requests_to(f"/{endpoint.id}")]
     assert len(times) == 4
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     nominal = [0.2, 0.4, 0.8]
     for gap, delay in zip(gaps, nominal, strict=True):
         assert delay * (1 - JITTER) - 0.02 <= gap <= delay + 1.0, (gaps, nominal)
