@@ -208,9 +208,9 @@ def spool(entry: DeadLetter, *, cause: BaseException) -> None:
     )
 
 
-def restore_spool(queue: DeadLetterQueue) -> int:
+def restore_spool(queue: DeadLetterQueue, path: str | None = None) -> int:
     """Move spooled entries into Redis; returns how many. A no-op when there is no spool."""
-    path = settings().dlq_spool_path
+    path = path or settings().dlq_spool_path
     if not os.path.exists(path):
         return 0
     with _spool_lock:

@@ -116,7 +116,10 @@ def deliver(
 def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any = None,
                 args: Any = None, kwargs: Any = None, **_: Any) -> None:
     """Any failure the engine did not turn into an outcome (a bug, a lost dependency) ends in
-    the dead-letter queue with reason ``error`` instead of vanishing."""
+    the dead-letter queue with reason ``error`` instead of vanishing. A Reject comes from
+    ``retry()``, which dead-lettered the event already (Celery 5.7 also reports it here)."""
+    if isinstance(exception, Reject):
+        return
     _dead_letter_unexpected(args or (), kwargs or {}, task_id, "error", exception)
 
 
