@@ -89,7 +89,7 @@ def session() -> requests.Session:
     if current is None:
         current = requests.Session()
         current.trust_env = False  # no proxy or .netrc credentials picked up from the environment
-        adapter = requests.adapters.HTTPAdapter(pool_connections=32, pool_maxsize=4, max_retries=0)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=32, pool_maxsize=2, max_retries=0)
         current.mount("http://", adapter)
         current.mount("https://", adapter)
         _local.session = current
