@@ -1,0 +1,44 @@
+# Hookline: the newcomer's commands. `make demo` shows the whole pipeline, `make test` runs the
+# tests; both create the virtualenv and make sure a Redis answers first.
+
+VENV  := .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The first Python 3.11+ on the PATH; override with `make PYTHON=/path/to/python3.12`.
+PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
+	$(shell $(p) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo $(p))))
+# The tests use their own database (15) of the local Redis unless told otherwise.
+TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
+
+.PHONY: install venv redis demo test lint clean
+
+install venv: $(STAMP)
+
+$(BIN)/python:
+	@test -n "$(PYTHON)" || { echo "No Python 3.11+ found: install one" \
+		"(apt install python3.11-venv / brew install python@3.12) or set PYTHON=..."; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstalled only when pyproject.toml changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+redis:
+	scripts/ensure-redis.sh
+
+demo: $(STAMP) redis
+	$(BIN)/python -m examples.demo
+
+test: $(STAMP)
+	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+	rm -f .demo-worker.log .pytest-worker-*.log .pytest-dlq-spool.jsonl
