@@ -7,6 +7,7 @@ starts share one configuration: short backoffs so retries happen within a test.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +37,10 @@ os.environ.update(TEST_ENV)
 os.environ.pop("CELERY_BROKER_URL", None)
 os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")
 
+from celery.signals import after_task_publish  # noqa: E402
+
 from app import store  # noqa: E402
+from app.celery import DELIVERY_QUEUE  # noqa: E402
 from examples.receiver import Receiver  # noqa: E402
 
 
@@ -140,6 +145,37 @@ def start_worker(redis_client) -> Iterator:
     yield start
     for process in started:
         process.stop(signal.SIGKILL)
+
+
+class Publications:
+    """Task messages this test published to the broker, seen by Celery's ``after_task_publish``
+    (sent after kombu wrote the message to Redis). Read from the signal rather than the list:
+    a worker sharing the test Redis may take a message off the list at once."""
+
+    def __init__(self) -> None:
+        self.task_ids: list[str] = []
+        self.events: list[tuple[str, str, str]] = []
+
+    def record(self, body: Any = None, routing_key: str = "", headers: Any = None,
+               **_: Any) -> None:
+        args, kwargs, _embed = body
+        self.task_ids.append(headers["id"])
+        self.events.append((routing_key, args[0], kwargs["event_id"]))
+
+    def remove_from_broker(self, client: Any) -> None:
+        """Take this test's messages off the list, so that no later worker delivers them."""
+        for message in client.lrange(DELIVERY_QUEUE, 0, -1):
+            if json.loads(message)["headers"]["id"] in self.task_ids:
+                client.lrem(DELIVERY_QUEUE, 0, message)
+
+
+@pytest.fixture
+def published(redis_client: Any) -> Iterator[Publications]:
+    publications = Publications()
+    after_task_publish.connect(publications.record, weak=False)
+    yield publications
+    after_task_publish.disconnect(publications.record)
+    publications.remove_from_broker(redis_client)
 
 
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05):

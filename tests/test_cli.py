@@ -13,13 +13,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import redis
-from celery.signals import after_task_publish
 from click.testing import CliRunner, Result
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -34,6 +32,7 @@ from app.cli_dlq import parse_time
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
 from app.endpoints import EndpointRegistry
+from tests.conftest import Publications
 
 SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{40,}")
 
@@ -64,35 +63,6 @@ def new_secret(size: int = 32) -> str:
     return "whsec_" + base64.b64encode(os.urandom(size)).decode()
 
 
-class Publications:
-    """Task messages this test published to the broker, seen by Celery's ``after_task_publish``
-    (sent after kombu wrote the message to Redis). Read from the signal rather than the list:
-    a worker sharing the test Redis may take a message off the list at once."""
-
-    def __init__(self) -> None:
-        self.task_ids: list[str] = []
-        self.events: list[tuple[str, str, str]] = []
-
-    def record(self, body: Any = None, routing_key: str = "", headers: Any = None,
-               **_: Any) -> None:
-        args, kwargs, _embed = body
-        self.task_ids.append(headers["id"])
-        self.events.append((routing_key, args[0], kwargs["event_id"]))
-
-    def remove_from_broker(self, client: redis.Redis) -> None:
-        """Take this test's messages off the list, so that no later worker delivers them."""
-        for message in client.lrange(DELIVERY_QUEUE, 0, -1):
-            if json.loads(message)["headers"]["id"] in self.task_ids:
-                client.lrem(DELIVERY_QUEUE, 0, message)
-
-
-@pytest.fixture
-def published(redis_client: redis.Redis) -> Iterator[Publications]:
-    publications = Publications()
-    after_task_publish.connect(publications.record, weak=False)
-    yield publications
-    after_task_publish.disconnect(publications.record)
-    publications.remove_from_broker(redis_client)
 
 
 @pytest.fixture
