@@ -6,7 +6,7 @@ the values both need (Redis URL, visibility timeout) come from there so they alw
 
 import os
 
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
 from app.config import settings
@@ -73,7 +73,11 @@ worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "32"))
 
 # Two queues: first deliveries and retries. `celery -A app worker` with no -Q consumes both.
 task_default_queue = DELIVERY_QUEUE
-task_queues = (Queue(DELIVERY_QUEUE), Queue(RETRY_QUEUE))
+# Each queue has its own exchange and routing key, so a message lands in exactly one of them.
+task_queues = (
+    Queue(DELIVERY_QUEUE, Exchange(DELIVERY_QUEUE), routing_key=DELIVERY_QUEUE),
+    Queue(RETRY_QUEUE, Exchange(RETRY_QUEUE), routing_key=RETRY_QUEUE),
+)
 task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE}}
 
 # Task events for Flower: names and arguments (endpoint id, event type, event id: never a URL

@@ -110,7 +110,7 @@ class Receiver:
             return [r for r in self.received if r.path == path]
 
     def wait_for(self, predicate: Callable[[list[Received]], bool], timeout: float = 30.0) -> bool:
-        """Block until ``predicate(received)`` holds or ``timeout`` passes; returns whether it held."""
+        """Block until ``predicate(received)`` holds or ``timeout`` passes; True if it held."""
         end = time.monotonic() + timeout
         with self._changed:
             while not predicate(self.received):
@@ -203,8 +203,8 @@ def main() -> None:
     receiver = Receiver(options.host, options.port)
     for path, behaviour in DEMO_ROUTES.items():
         receiver.route(path, behaviour)
-    print(f"demo receiver on http://{options.host}:{receiver.port} routes: {', '.join(DEMO_ROUTES)}",
-          flush=True)
+    routes = ", ".join(DEMO_ROUTES)
+    print(f"demo receiver on http://{options.host}:{receiver.port} routes: {routes}", flush=True)
     receiver.server.serve_forever()
 
 
