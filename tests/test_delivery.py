@@ -274,3 +274,21 @@ def test_a_hung_endless_body_does_not_hold_the_worker(receiver):
     event_ids = [send_webhook(endpoint.id, "order.created", {}) for _ in range(3)]
     gate = Gate()
     wait_until(lambda: all(gate.is_delivered(endpoint.id, e) for e in event_ids), timeout=15)
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("http://no-such-host.invalid/hook", "dns_error"),
+        ("https://127.0.0.1:{port}/tls", "tls_error"),  # TLS to a plain-HTTP server
+        ("http://127.0.0.1:{port}/close", "connection_closed"),
+    ],
+)
+def test_network_errors_are_retried_until_exhausted(receiver, url, error):
+    receiver.route("/close", always(Reply(action="close")))
+    endpoint = EndpointRegistry().add(f"ep-{uuid.uuid4().hex[:8]}",
+                                      url.format(port=receiver.port))
+    event_id = send_webhook(endpoint.id, "order.created", {})
+    entry = dead_letter(endpoint.id, event_id)
+    assert (entry.reason, entry.attempts, entry.last_status) == ("exhausted", 4, None)
+    assert entry.last_error.startswith(error), entry.last_error
