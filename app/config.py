@@ -44,6 +44,12 @@ class Settings:
     max_unsettled_starts: int = 3
     #: Where dead letters go when Redis itself is unreachable; moved into Redis later.
     dlq_spool_path: str = "hookline-dlq-spool.jsonl"
+    #: Consecutive retryable failures that open an endpoint's circuit breaker.
+    breaker_threshold: int = 5
+    #: Seconds an opened breaker waits before one probe may go through; doubled after each
+    #: failed probe up to ``breaker_max_cooldown``.
+    breaker_cooldown: float = 30.0
+    breaker_max_cooldown: float = 600.0
     metrics_port: int = 9808
     log_format: str = "text"
 
@@ -132,10 +138,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0),
         max_unsettled_starts=_integer(env, "HOOKLINE_MAX_UNSETTLED_STARTS", 3, minimum=1),
         dlq_spool_path=env.get("HOOKLINE_DLQ_SPOOL", "hookline-dlq-spool.jsonl"),
+        breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
+        breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1),
+        breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1),
         metrics_port=_integer(env, "HOOKLINE_METRICS_PORT", 9808, minimum=0),
         log_format=log_format,
     )
     check_policy_fits(settings.retry_policy, settings, source="HOOKLINE_MAX_BACKOFF")
+    if settings.breaker_max_cooldown < settings.breaker_cooldown:
+        raise ConfigError(
+            f"HOOKLINE_BREAKER_MAX_COOLDOWN ({settings.breaker_max_cooldown:g}s) must be at "
+            f"least HOOKLINE_BREAKER_COOLDOWN ({settings.breaker_cooldown:g}s)"
+        )
     if settings.retry_after_cap >= settings.visibility_timeout:
         raise ConfigError(
             f"HOOKLINE_RETRY_AFTER_CAP ({settings.retry_after_cap:g}s) must be shorter than "

@@ -19,7 +19,7 @@ from typing import Any
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
 from app.endpoints import ENDPOINT_ID_PATTERN, Endpoint
-from app.gates import Gate, Verdict
+from app.gates import Admission, Gate, Verdict
 from app.logs import log_event
 from app.policy import Outcome, classify, parse_retry_after, retry_countdown
 from app.sender import AttemptResult, WebhookEvent, send
@@ -59,6 +59,8 @@ class DeliveryRequest:
     attempts: int = 0
     #: Unix time of the first attempt; None before it.
     first_attempt_at: float | None = None
+    #: The rate-limit slot booked when the event was last deferred (ms of Redis time), or 0.
+    rate_slot: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,28 @@ class Deferred:
     countdown: float
     reason: str
     request: DeliveryRequest
+
+
+def settle_outcome(result: AttemptResult, outcome: Outcome) -> str:
+    """What settle.lua records for an attempt: a 429 means the receiver is up but busy, so it is
+    not a circuit-breaker failure; an unusable URL says nothing about the receiver."""
+    if result.refused:
+        return "rejected"
+    if outcome is Outcome.RETRY:
+        return "throttled" if result.status == 429 else "failed"
+    return {Outcome.DELIVERED: "delivered", Outcome.GONE: "gone"}.get(outcome, "rejected")
+
+
+def deferral_countdown(admission: Admission) -> float:
+    """How long a deferred event waits: exactly to its booked slot when rate-limited; with a
+    little jitter otherwise, so the events an open breaker or a block held back do not all
+    come back in the same millisecond."""
+    if admission.detail == "rate_limited":
+        return admission.wait
+    if admission.detail == "breaker_probe":
+        # The probe usually answers in well under its lease: look again soon.
+        return min(admission.wait, 2.0) + random.uniform(0.1, 1.0)
+    return admission.wait + random.uniform(0.0, min(1.0 + admission.wait / 10, 5.0))
 
 
 def to_timestamp(value: Any, *, name: str) -> float | None:
@@ -129,7 +153,8 @@ class DeliveryEngine:
         now = time.time()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending")
-        admission = self.gate.admit(request.endpoint_id, request.event_id, token)
+        admission = self.gate.admit(request.endpoint_id, request.event_id, token,
+                                    rate_slot=request.rate_slot)
         match admission.verdict:
             case Verdict.DUPLICATE:
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
@@ -145,52 +170,73 @@ class DeliveryEngine:
                 return self.dead_letter(request, "worker_lost", detail=admission.detail)
             case Verdict.BUSY:
                 # Another worker is sending this very event; look again when its lease ends.
-                countdown = admission.wait + random.uniform(0.05, 0.5)
-                log_event("delivery.deferred", endpoint_id=request.endpoint_id,
-                          event_id=request.event_id, reason="in_flight", countdown=countdown)
-                return Deferred(countdown, "in_flight", request)
+                return self._defer(request, "in_flight", admission.wait + random.uniform(0.05, 0.5))
+            case Verdict.DEFERRED:
+                return self._defer(replace(request, rate_slot=admission.rate_slot),
+                                   admission.detail, deferral_countdown(admission))
         assert admission.endpoint is not None
+        if admission.transition:
+            log_event("breaker.half_open", endpoint_id=request.endpoint_id,
+                      event_id=request.event_id)
         return self._send(admission.endpoint, request, token, now)
+
+    @staticmethod
+    def _defer(request: DeliveryRequest, reason: str, countdown: float) -> Deferred:
+        log_event("delivery.deferred", endpoint_id=request.endpoint_id,
+                  event_id=request.event_id, reason=reason, attempt=request.attempts,
+                  countdown=countdown)
+        return Deferred(countdown, reason, request)
 
     def _send(
         self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float
     ) -> Finished:
         first_attempt_at = request.first_attempt_at or started
-        request = replace(request, attempts=request.attempts + 1, first_attempt_at=first_attempt_at)
+        request = replace(request, attempts=request.attempts + 1,
+                          first_attempt_at=first_attempt_at, rate_slot=0)
         event = WebhookEvent(
             request.event_id, request.event_type, request.payload, first_attempt_at
         )
         result = send(endpoint, event)
         ended = time.time()
         outcome = Outcome.RETRY if result.status is None else classify(result.status)
+        retry_after = None
+        if outcome is Outcome.RETRY:
+            retry_after = parse_retry_after(result.retry_after, now=ended)
+            if retry_after is not None:
+                retry_after = min(retry_after, settings().retry_after_cap)
+        self._settle(endpoint, request, token, settle_outcome(result, outcome), retry_after)
         if result.refused:
-            self.gate.settle(endpoint.id, event.id, token, "failed")
             return self.dead_letter(request, "refused", result=result, at=ended)
         if outcome is Outcome.DELIVERED:
-            self.gate.settle(endpoint.id, event.id, token, "delivered")
             self._log_attempt("delivery.succeeded", request, result)
             return Finished("delivered", status=result.status)
         if outcome is Outcome.GONE:
-            self.gate.settle(endpoint.id, event.id, token, "gone", reason=GONE_REASON)
             log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
                       reason="gone", status=410)
             return self.dead_letter(request, "endpoint_gone", result=result, at=ended)
-        self.gate.settle(endpoint.id, event.id, token, "failed")
         if outcome is Outcome.REJECTED:
             return self.dead_letter(request, "rejected", result=result, at=ended)
-        return self._schedule_retry(endpoint, request, result, ended)
+        return self._schedule_retry(endpoint, request, result, ended, retry_after)
+
+    def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
+                retry_after: float | None) -> None:
+        settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
+                                      retry_after=retry_after, reason=GONE_REASON)
+        if settlement.transition == "opened":
+            log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
+                      event_id=request.event_id)
+        elif settlement.transition == "closed":
+            log_event("breaker.closed", endpoint_id=endpoint.id, event_id=request.event_id)
+        if retry_after:
+            log_event("endpoint.blocked", endpoint_id=endpoint.id, event_id=request.event_id,
+                      seconds=retry_after)
 
     def _schedule_retry(
-        self, endpoint: Endpoint, request: DeliveryRequest, result: AttemptResult, ended: float
+        self, endpoint: Endpoint, request: DeliveryRequest, result: AttemptResult, ended: float,
+        retry_after: float | None,
     ) -> Finished:
-        config = settings()
         policy = endpoint.policy()
-        countdown = retry_countdown(
-            policy,
-            request.attempts,
-            retry_after=parse_retry_after(result.retry_after, now=ended),
-            retry_after_cap=config.retry_after_cap,
-        )
+        countdown = retry_countdown(policy, request.attempts, retry_after=retry_after)
         assert request.first_attempt_at is not None
         due = ended + countdown
         if request.attempts >= policy.max_attempts:

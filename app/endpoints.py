@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from app import store
 from app.config import ConfigError, check_policy_fits, settings
-from app.policy import PolicyError, RetryPolicy
+from app.policy import PolicyError, RetryPolicy, parse_rate
 
 ENDPOINT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SECRET_PREFIX = "whsec_"
@@ -48,6 +48,9 @@ class Endpoint:
     :param enabled: False stops all sends (events go to the dead-letter queue).
     :param timeout: read timeout in seconds, or None for ``HOOKLINE_READ_TIMEOUT``.
     :param retry_policy: overrides of the global retry policy's fields.
+    :param rate: the most requests per time this receiver accepts from all workers together
+        (``50/s``, ``3000/m``), or None for no limit.
+    :param burst: how many requests may go out back to back before the rate spaces them.
     """
 
     id: str
@@ -57,6 +60,8 @@ class Endpoint:
     disabled_reason: str = ""
     timeout: float | None = None
     retry_policy: Mapping[str, Any] = field(default_factory=dict)
+    rate: str | None = None
+    burst: int = 1
     created_at: float = 0.0
     updated_at: float = 0.0
 
@@ -74,6 +79,10 @@ class Endpoint:
             "disabled_reason": self.disabled_reason,
             "timeout": "" if self.timeout is None else repr(self.timeout),
             "retry_policy": json.dumps(dict(self.retry_policy)),
+            "rate": self.rate or "",
+            # What the admit script reads: milliseconds between requests, 0 for no limit.
+            "rate_interval_ms": repr(parse_rate(self.rate) * 1000) if self.rate else "0",
+            "burst": str(self.burst),
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
         }
@@ -89,6 +98,8 @@ class Endpoint:
             disabled_reason=data.get("disabled_reason", ""),
             timeout=float(timeout) if timeout else None,
             retry_policy=json.loads(data.get("retry_policy") or "{}"),
+            rate=data.get("rate") or None,
+            burst=int(data.get("burst") or 1),
             created_at=float(data.get("created_at") or 0),
             updated_at=float(data.get("updated_at") or 0),
         )
@@ -102,6 +113,8 @@ class Endpoint:
             "disabled_reason": self.disabled_reason or None,
             "timeout": self.timeout,
             "retry_policy": dict(self.retry_policy),
+            "rate": self.rate,
+            "burst": self.burst,
             "secrets": [mask_secret(s) for s in self.secrets],
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -172,6 +185,27 @@ def validate_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
+#: Largest burst: beyond this a "rate limit" no longer limits much.
+MAX_BURST = 10_000
+
+
+def validate_rate(rate: str | None) -> str | None:
+    """A rate such as ``50/s`` in canonical form; None or ``none`` for no limit."""
+    if rate is None or str(rate).strip().lower() in ("", "none"):
+        return None
+    try:
+        parse_rate(rate)
+    except PolicyError as exc:
+        raise EndpointError(str(exc)) from None
+    return str(rate).strip()
+
+
+def validate_burst(burst: int) -> int:
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BURST:
+        raise EndpointError(f"burst {burst!r} must be an integer from 1 to {MAX_BURST}")
+    return burst
+
+
 def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
     try:
         policy = settings().retry_policy.replace(overrides)
@@ -195,6 +229,8 @@ class EndpointRegistry:
         secret: str | None = None,
         timeout: float | None = None,
         retry_policy: Mapping[str, Any] | None = None,
+        rate: str | None = None,
+        burst: int = 1,
     ) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given."""
         validate_endpoint_id(endpoint_id)
@@ -205,6 +241,8 @@ class EndpointRegistry:
             secrets=(validate_secret(secret) if secret else generate_secret(),),
             timeout=validate_timeout(timeout),
             retry_policy=validate_policy_override(retry_policy or {}),
+            rate=validate_rate(rate),
+            burst=validate_burst(burst),
             created_at=now,
             updated_at=now,
         )
@@ -248,8 +286,11 @@ class EndpointRegistry:
         secret: str | None = None,
         timeout: float | None = None,
         retry_policy: Mapping[str, Any] | None = None,
+        rate: str | None = None,
+        burst: int | None = None,
     ) -> Endpoint:
-        """Change an endpoint; pending retries use the new values at their next attempt."""
+        """Change an endpoint; pending retries use the new values at their next attempt.
+        ``rate="none"`` removes the rate limit."""
         endpoint = self.require(endpoint_id)
         changes: dict[str, Any] = {"updated_at": time.time()}
         if url is not None:
@@ -258,6 +299,10 @@ class EndpointRegistry:
             changes["secrets"] = (validate_secret(secret),)
         if timeout is not None:
             changes["timeout"] = validate_timeout(timeout)
+        if rate is not None:
+            changes["rate"] = validate_rate(rate)
+        if burst is not None:
+            changes["burst"] = validate_burst(burst)
         if retry_policy is not None:
             changes["retry_policy"] = validate_policy_override(
                 {**endpoint.retry_policy, **retry_policy}

@@ -1,9 +1,14 @@
 """The gates every send passes: one Lua script before (admit), one after (settle).
 
-Admit reads the endpoint, refuses an event already delivered (the idempotency ``done`` marker),
-defers one another worker is sending (the in-flight lease) and takes the lease; settle records
-the outcome. Each is one Redis round trip, and every key it touches shares the endpoint's hash
-tag, so it runs on one Redis Cluster slot.
+Admit, in order: an event already delivered is not sent again (the idempotency ``done``
+marker); a removed or disabled endpoint gets nothing; an event another worker is sending waits
+(the in-flight lease); an open circuit breaker, a half-open one whose single probe is out, a
+Retry-After block or a spent rate budget defer the event (not an attempt: it consumes no retry).
+Settle records the outcome: done marker, breaker failure count and state, Retry-After block.
+
+Each is one Redis round trip on Redis server time, and every key it touches carries the
+endpoint's hash tag, so it runs on one Redis Cluster slot. Workers share one view of each
+receiver whatever their number.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class Verdict(enum.StrEnum):
     MISSING = "missing"
     DISABLED = "disabled"
     BUSY = "busy"
+    DEFERRED = "deferred"
     POISON = "poison"
 
 
@@ -31,9 +37,37 @@ class Verdict(enum.StrEnum):
 class Admission:
     verdict: Verdict
     endpoint: Endpoint | None = None
-    #: For BUSY: seconds until the other holder's lease expires.
+    #: For BUSY and DEFERRED: seconds until it is worth asking again.
     wait: float = 0.0
+    #: For DEFERRED: breaker_open, breaker_probe, blocked or rate_limited; for DISABLED and
+    #: POISON: why.
     detail: str = ""
+    #: For DEFERRED by the rate limit: the slot booked for this event (ms of Redis time).
+    rate_slot: int = 0
+    #: For ADMITTED: this attempt is the half-open breaker's single probe.
+    probe: bool = False
+    #: A breaker state this call moved the endpoint to ("half_open", "opened", "closed").
+    transition: str = ""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    #: The attempt still held its lease (False: it ran out and another attempt may be running).
+    held_lease: bool
+    transition: str = ""
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    """One endpoint's shared gate state, as ``hookline breaker status`` shows it."""
+
+    endpoint_id: str
+    state: str
+    failures: int
+    #: Unix seconds; None when not applicable.
+    open_until: float | None
+    blocked_until: float | None
+    cooldown: float
 
 
 def _keys(endpoint_id: str, event_id: str) -> list[str]:
@@ -42,18 +76,21 @@ def _keys(endpoint_id: str, event_id: str) -> list[str]:
         store.done_key(endpoint_id, event_id),
         store.lease_key(endpoint_id, event_id),
         store.starts_key(endpoint_id, event_id),
+        store.breaker_key(endpoint_id),
+        store.rate_key(endpoint_id),
     ]
 
 
 class Gate:
-    """Admit and settle attempts for (endpoint, event) pairs."""
+    """Admit and settle attempts for (endpoint, event) pairs; read and reset breakers."""
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
         self._admit = self.redis.register_script(store.load_script("admit"))
         self._settle = self.redis.register_script(store.load_script("settle"))
 
-    def admit(self, endpoint_id: str, event_id: str, token: str) -> Admission:
+    def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0
+              ) -> Admission:
         config = settings()
         reply = self._admit(
             keys=_keys(endpoint_id, event_id),
@@ -62,12 +99,17 @@ class Gate:
                 math.ceil(config.lease_seconds * 1000),
                 config.max_unsettled_starts,
                 math.ceil(config.visibility_timeout * 4),
+                int(rate_slot or 0),
             ],
         )
         verdict = Verdict(reply[0])
         if verdict is Verdict.ADMITTED:
-            fields = dict(zip(reply[1::2], reply[2::2], strict=True))
-            return Admission(verdict, endpoint=Endpoint.from_hash(endpoint_id, fields))
+            fields = dict(zip(reply[3::2], reply[4::2], strict=True))
+            return Admission(verdict, endpoint=Endpoint.from_hash(endpoint_id, fields),
+                             transition=reply[1], probe=reply[2] == "1")
+        if verdict is Verdict.DEFERRED:
+            return Admission(verdict, detail=reply[1], wait=int(reply[2]) / 1000.0,
+                             rate_slot=int(reply[3]))
         if verdict is Verdict.BUSY:
             return Admission(verdict, wait=int(reply[1]) / 1000.0)
         if verdict is Verdict.DISABLED:
@@ -77,15 +119,58 @@ class Gate:
         return Admission(verdict)
 
     def settle(
-        self, endpoint_id: str, event_id: str, token: str, outcome: str, *, reason: str = ""
-    ) -> bool:
-        """Record ``outcome``: 'delivered', 'failed' or 'gone'. True if the lease was ours."""
-        return bool(
-            self._settle(
-                keys=_keys(endpoint_id, event_id),
-                args=[token, outcome, settings().done_ttl, reason],
-            )
+        self,
+        endpoint_id: str,
+        event_id: str,
+        token: str,
+        outcome: str,
+        *,
+        retry_after: float | None = None,
+        reason: str = "",
+    ) -> Settlement:
+        """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
+
+        ``retry_after`` (seconds, already capped) blocks the whole endpoint until then.
+        """
+        config = settings()
+        held, transition = self._settle(
+            keys=_keys(endpoint_id, event_id)[:5],
+            args=[
+                token,
+                outcome,
+                config.done_ttl,
+                reason,
+                math.ceil((retry_after or 0) * 1000),
+                config.breaker_threshold,
+                math.ceil(config.breaker_cooldown * 1000),
+                math.ceil(config.breaker_max_cooldown * 1000),
+            ],
         )
+        return Settlement(held_lease=bool(held), transition=transition)
 
     def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
         return bool(self.redis.exists(store.done_key(endpoint_id, event_id)))
+
+    def breaker_status(self, endpoint_id: str) -> BreakerStatus:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(store.breaker_key(endpoint_id))
+        pipe.time()
+        data, (seconds, micros) = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+
+        def future(field: str) -> float | None:
+            value = float(data.get(field) or 0)
+            return value / 1000.0 if value > now_ms else None
+
+        return BreakerStatus(
+            endpoint_id=endpoint_id,
+            state=data.get("state", "closed"),
+            failures=int(data.get("failures") or 0),
+            open_until=future("open_until"),
+            blocked_until=future("blocked_until"),
+            cooldown=float(data.get("cooldown_ms") or 0) / 1000.0,
+        )
+
+    def reset_breaker(self, endpoint_id: str) -> None:
+        """Close the breaker and lift any Retry-After block: the operator vouches for it."""
+        self.redis.delete(store.breaker_key(endpoint_id))

@@ -182,3 +182,21 @@ def retry_countdown(
     if retry_after is not None:
         delay = max(delay, min(retry_after, retry_after_cap))
     return delay
+
+
+#: Rate units accepted after the slash, in seconds.
+RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(text: str) -> float:
+    """The emission interval in seconds of a rate such as ``50/s``, ``3000/m`` or ``100/h``.
+
+    Raises :class:`PolicyError` with the accepted format for anything else.
+    """
+    count, _, unit = str(text).strip().partition("/")
+    if unit not in RATE_UNITS or not count.isdigit() or int(count) < 1:
+        raise PolicyError(
+            f"rate {text!r} is invalid: use N/s, N/m or N/h with N a positive integer "
+            "(e.g. 50/s, 3000/m)"
+        )
+    return RATE_UNITS[unit] / int(count)

@@ -37,6 +37,16 @@ def starts_key(endpoint_id: str, event_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:starts:{event_id}"
 
 
+def breaker_key(endpoint_id: str) -> str:
+    """Circuit breaker and Retry-After block of one endpoint (a hash)."""
+    return f"hookline:{{{endpoint_id}}}:breaker"
+
+
+def rate_key(endpoint_id: str) -> str:
+    """The rate limiter's theoretical arrival time (GCRA), milliseconds of Redis time."""
+    return f"hookline:{{{endpoint_id}}}:rate"
+
+
 def client() -> redis.Redis:
     """This process's Redis client (thread-safe pool), made again after a fork."""
     global _client

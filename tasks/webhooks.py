@@ -15,6 +15,7 @@ from app.celery import RETRY_QUEUE, app
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
 from app.delivery import (
+    Deferred,
     DeliveryEngine,
     DeliveryRequest,
     MalformedEvent,
@@ -57,6 +58,7 @@ class DeliveryTask(Task):
             countdown = exc.countdown
             kwargs["attempts"] = exc.request.attempts
             kwargs["first_attempt_at"] = exc.request.first_attempt_at
+            kwargs.pop("rate_slot", None)  # the slot was used by this attempt
         elif countdown is None:
             # Hookline's own Redis failed before the attempt: not an attempt at the receiver.
             countdown = compute_backoff(settings().retry_policy, 1)
@@ -83,12 +85,14 @@ def deliver(
     deadline: Any = None,
     attempts: int = 0,
     first_attempt_at: float | None = None,
+    rate_slot: int = 0,
 ) -> dict[str, Any]:
     """Deliver one event to one endpoint (an attempt, a deferral or a scheduled retry).
 
     ``event_id`` defaults to the task id, which Celery keeps across retries; ``deadline``
     (Unix seconds, datetime or ISO 8601) is when the event stops being worth sending.
-    ``attempts`` and ``first_attempt_at`` are Hookline's bookkeeping, set on retries.
+    ``attempts``, ``first_attempt_at`` and ``rate_slot`` are Hookline's bookkeeping, set on
+    retries and deferrals.
     """
     event_id = event_id or self.request.id
     try:
@@ -101,14 +105,16 @@ def deliver(
             deadline=to_timestamp(deadline, name="deadline"),
             attempts=int(attempts),
             first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
+            rate_slot=int(rate_slot or 0),
         )
     except (MalformedEvent, TypeError, ValueError) as exc:
         _dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
                                 self.request.id, "malformed", exc)
         return {"outcome": "dead_lettered", "reason": "malformed"}
     result = engine().attempt(request, token=uuid.uuid4().hex)
-    if hasattr(result, "countdown"):  # Deferred: not an attempt, the count stays
-        raise self.retry(countdown=result.countdown)
+    if isinstance(result, Deferred):  # not an attempt: the count stays
+        kwargs = {**self.request.kwargs, "rate_slot": result.request.rate_slot or None}
+        raise self.retry(countdown=result.countdown, kwargs=kwargs)
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
 
 

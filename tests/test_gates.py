@@ -26,7 +26,7 @@ def test_admit_returns_the_endpoint_and_takes_the_lease(endpoint):
 def test_settled_delivery_makes_later_attempts_duplicates(endpoint):
     gate = Gate()
     gate.admit(endpoint.id, "evt-1", "token-a")
-    assert gate.settle(endpoint.id, "evt-1", "token-a", "delivered") is True
+    assert gate.settle(endpoint.id, "evt-1", "token-a", "delivered").held_lease is True
     assert gate.admit(endpoint.id, "evt-1", "token-b").verdict is Verdict.DUPLICATE
     ttl = store.client().ttl(store.done_key(endpoint.id, "evt-1"))
     assert ttl > 7 * 86400  # retry window plus the replay horizon
@@ -44,7 +44,7 @@ def test_settle_does_not_release_a_lease_it_no_longer_holds(endpoint):
     gate.admit(endpoint.id, "evt-1", "token-a")
     store.client().delete(store.lease_key(endpoint.id, "evt-1"))  # expired meanwhile
     assert gate.admit(endpoint.id, "evt-1", "token-b").verdict is Verdict.ADMITTED
-    assert gate.settle(endpoint.id, "evt-1", "token-a", "failed") is False
+    assert gate.settle(endpoint.id, "evt-1", "token-a", "failed").held_lease is False
     assert gate.admit(endpoint.id, "evt-1", "token-c").verdict is Verdict.BUSY
 
 

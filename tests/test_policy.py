@@ -10,6 +10,7 @@ from app.policy import (
     RetryPolicy,
     classify,
     compute_backoff,
+    parse_rate,
     parse_retry_after,
     retry_countdown,
 )
@@ -119,3 +120,15 @@ def test_countdown_is_never_shorter_than_retry_after_but_capped():
     assert retry_countdown(policy, 1, retry_after=30, retry_after_cap=60) == 30
     assert retry_countdown(policy, 1, retry_after=3600, retry_after_cap=60) == 60
     assert retry_countdown(policy, 4, retry_after=2, retry_after_cap=60) == 8
+
+
+@pytest.mark.parametrize(("text", "interval"), [("50/s", 0.02), ("3000/m", 0.02), ("1/s", 1.0),
+                                                ("36/h", 100.0), (" 10/s ", 0.1)])
+def test_rate_strings_give_the_emission_interval(text, interval):
+    assert parse_rate(text) == pytest.approx(interval)
+
+
+@pytest.mark.parametrize("text", ["", "50", "50/d", "0/s", "-1/s", "1.5/s", "fast", "/s", "50/"])
+def test_invalid_rate_strings_are_refused_with_the_format(text):
+    with pytest.raises(PolicyError, match="N/s, N/m or N/h"):
+        parse_rate(text)

@@ -1,19 +1,28 @@
--- Admit one attempt of one event to one endpoint: the gate every send passes, one round trip.
--- KEYS[1]  hookline:{ep}:endpoint        endpoint hash
+-- Admit one attempt of one event to one endpoint: every gate in one round trip.
+-- KEYS[1]  hookline:{ep}:endpoint        endpoint hash (url, secrets, enabled, rate_interval_ms, burst...)
 -- KEYS[2]  hookline:{ep}:done:<event>    set once the event was delivered
 -- KEYS[3]  hookline:{ep}:lease:<event>   in-flight lease, value = the holder's token
 -- KEYS[4]  hookline:{ep}:starts:<event>  attempts started and not yet settled (crash counter)
+-- KEYS[5]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token, blocked_until
+-- KEYS[6]  hookline:{ep}:rate            GCRA theoretical arrival time (ms)
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime, milliseconds
 -- ARGV[3]  unsettled starts allowed before the event counts as a poison message
 -- ARGV[4]  lifetime of the starts counter, seconds
+-- ARGV[5]  rate slot this event booked when it was deferred (ms of Redis time), or 0
+-- Times are Redis server time in milliseconds, so workers' clocks do not matter.
 -- Returns, first element the verdict:
---   {'duplicate'}                  already delivered: send nothing
---   {'missing'}                    no such endpoint
---   {'disabled', reason}           endpoint disabled
---   {'busy', pttl_ms}              another attempt holds the lease
---   {'poison', starts}             started too often without settling (workers died on it)
---   {'admitted', f1, v1, ...}      lease taken; the endpoint hash follows
+--   {'duplicate'}                        already delivered: send nothing
+--   {'missing'}                          no such endpoint
+--   {'disabled', reason}                 endpoint disabled
+--   {'busy', wait_ms}                    another attempt holds the lease
+--   {'deferred', why, wait_ms, slot_ms}  not now: why is breaker_open, breaker_probe, blocked
+--                                        or rate_limited; slot_ms is the booked rate slot or 0
+--   {'poison', starts}                   started too often without settling (workers died on it)
+--   {'admitted', transition, probe, f1, v1, ...}
+--                                        lease taken; transition is 'half_open' when this
+--                                        attempt moved the breaker there, probe is '1' when it
+--                                        is the half-open probe; the endpoint hash follows
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {'duplicate'}
 end
@@ -21,21 +30,86 @@ local endpoint = redis.call('HGETALL', KEYS[1])
 if #endpoint == 0 then
   return {'missing'}
 end
-if redis.call('HGET', KEYS[1], 'enabled') == '0' then
-  return {'disabled', redis.call('HGET', KEYS[1], 'disabled_reason') or ''}
+local config = {}
+for i = 1, #endpoint, 2 do
+  config[endpoint[i]] = endpoint[i + 1]
+end
+if config['enabled'] == '0' then
+  return {'disabled', config['disabled_reason'] or ''}
 end
 local holder_ttl = redis.call('PTTL', KEYS[3])
 if holder_ttl > 0 then
   return {'busy', holder_ttl}
 end
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+-- Circuit breaker: open -> wait for the cool-down; then one probe at a time (half-open).
+local breaker = redis.call('HMGET', KEYS[5], 'state', 'open_until', 'probe_until', 'blocked_until')
+local state = breaker[1] or 'closed'
+local probe = false
+local transition = ''
+if state == 'open' then
+  local open_until = tonumber(breaker[2]) or 0
+  if now < open_until then
+    return {'deferred', 'breaker_open', open_until - now, 0}
+  end
+  probe = true
+  transition = 'half_open'
+elseif state == 'half_open' then
+  local probe_until = tonumber(breaker[3]) or 0
+  if probe_until > now then
+    return {'deferred', 'breaker_probe', probe_until - now, 0}
+  end
+  probe = true  -- the previous prober died: its lease ran out
+end
+
+-- Retry-After from an earlier response holds back the whole endpoint.
+local blocked_until = tonumber(breaker[4]) or 0
+if blocked_until > now then
+  return {'deferred', 'blocked', blocked_until - now, 0}
+end
+
+-- Rate limit (GCRA). A deferred event books the next free slot and comes back at it, so a
+-- burst drains at the rate without waking every waiting event for every slot.
+local interval = tonumber(config['rate_interval_ms']) or 0
+local new_tat = nil
+if interval > 0 then
+  local slot = tonumber(ARGV[5]) or 0
+  if slot > 0 and now < slot then
+    return {'deferred', 'rate_limited', slot - now, slot}
+  end
+  -- A booked slot is honoured if the event is back within one interval of it; later, the
+  -- slot is lost and the event queues again (using it late could exceed the rate).
+  if not (slot > 0 and now <= slot + interval) then
+    local tolerance = interval * ((tonumber(config['burst']) or 1) - 1)
+    local tat = math.max(tonumber(redis.call('GET', KEYS[6])) or 0, now)
+    if tat - now > tolerance then
+      local booked = tat - tolerance
+      redis.call('SET', KEYS[6], tat + interval, 'PX', math.ceil(tat + interval - now) + 60000)
+      return {'deferred', 'rate_limited', booked - now, booked}
+    end
+    new_tat = tat + interval
+  end
+end
+
 local starts = redis.call('INCR', KEYS[4])
 redis.call('EXPIRE', KEYS[4], tonumber(ARGV[4]))
 if starts > tonumber(ARGV[3]) then
   redis.call('DEL', KEYS[4])
   return {'poison', starts - 1}
 end
+
 redis.call('SET', KEYS[3], ARGV[1], 'PX', tonumber(ARGV[2]))
-local reply = {'admitted'}
+if new_tat then
+  redis.call('SET', KEYS[6], new_tat, 'PX', math.ceil(new_tat - now) + 60000)
+end
+if probe then
+  redis.call('HSET', KEYS[5], 'state', 'half_open', 'probe_until', now + tonumber(ARGV[2]),
+             'probe_token', ARGV[1])
+end
+local reply = {'admitted', transition, probe and '1' or '0'}
 for i = 1, #endpoint do
   reply[#reply + 1] = endpoint[i]
 end
