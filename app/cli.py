@@ -1,4 +1,4 @@
-"""The ``hookline`` command: endpoints, test events, dead letters and queue statistics.
+"""The ``hookline`` command: endpoints, test events, dead letters, breakers and statistics.
 
 Every listing and ``show`` takes ``--json``. A signing secret is printed once, when
 ``endpoint add`` generates it, and masked everywhere else. Bad input and an unreachable Redis
@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError
 
 from app import __version__
 from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
+from app.cli_breaker import breaker, breaker_json, describe, needs_attention, statuses
 from app.cli_dlq import dlq
 from app.cli_output import echo_fields, echo_json, echo_table, format_time, shorten
 from app.config import ConfigError, settings
@@ -93,6 +94,9 @@ class JsonParam(click.ParamType):
 
 RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
                      "'{\"max_attempts\": 5, \"max_backoff\": 600}'.")
+RATE_HELP = ("Most requests to this endpoint from all workers together: N/s, N/m or N/h "
+             "(e.g. 50/s, 3000/m)")
+BURST_HELP = "Requests that may go out back to back before the rate spaces them"
 
 
 @click.group(cls=HooklineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -105,6 +109,7 @@ def main() -> None:
 
 
 main.add_command(dlq)
+main.add_command(breaker)
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -119,6 +124,25 @@ def _status(item: Endpoint) -> str:
     return "enabled" if item.enabled else f"disabled ({item.disabled_reason or 'no reason'})"
 
 
+def _rate(item: Endpoint) -> str | None:
+    return f"{item.rate} burst {item.public()['burst']}" if item.rate else None
+
+
+def _burst(item: Endpoint) -> str:
+    if not item.rate:
+        return "- (no effect without a rate)"
+    return f"{item.public()['burst']}" + (" (default)" if item.burst is None else "")
+
+
+def checked_rate(rate: str | None) -> str | None:
+    """``rate`` as given, once known to be ASCII: ``parse_rate`` trusts ``str.isdigit``, which
+    passes digits such as '²' that ``int`` then refuses with a bare ValueError."""
+    if rate is not None and not rate.isascii():
+        raise EndpointError(f"rate {rate!r} is invalid: use N/s, N/m or N/h with N a positive "
+                            "integer (e.g. 50/s, 3000/m)")
+    return rate
+
+
 @endpoint.command("add")
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--url", required=True, help="Where events are POSTed (http or https).")
@@ -127,12 +151,20 @@ def _status(item: Endpoint) -> str:
 @click.option("--timeout", type=float, metavar="SECONDS",
               help="Read timeout for this endpoint (default HOOKLINE_READ_TIMEOUT).")
 @click.option("--retry-policy", type=JsonParam(object_only=True), help=RETRY_POLICY_HELP)
+@click.option("--rate", metavar="N/s|N/m|N/h", help=RATE_HELP + "; no limit when omitted.")
+@click.option("--burst", type=int, metavar="N",
+              help=BURST_HELP + " (default: the registry's).")
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
-                 retry_policy: dict[str, Any] | None) -> None:
+                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None
+                 ) -> None:
     """Register endpoint ID. Without --secret a secret is generated and printed once."""
+    # Without --burst the registry's own default applies.
+    extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
-                                   retry_policy=retry_policy)
+                                   retry_policy=retry_policy, rate=checked_rate(rate), **extra)
     click.echo(f"added endpoint {added.id} -> {added.url}")
+    if added.rate is None and burst is not None:
+        click.echo("warning: --burst has no effect without --rate", err=True)
     if not secret:
         click.echo(f"signing secret: {added.secrets[0]}")
         click.echo("Store it now: it will not be shown again.")
@@ -150,9 +182,9 @@ def endpoint_list(as_json: bool) -> None:
         click.echo("no endpoints: add one with 'hookline endpoint add ID --url URL'")
         return
     echo_table(
-        ["id", "url", "status", "timeout", "retry policy", "updated"],
+        ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],
         [
-            (item.id, shorten(item.url), _status(item), item.timeout,
+            (item.id, shorten(item.url), _status(item), item.timeout, _rate(item),
              json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
              else "default", format_time(item.updated_at))
             for item in endpoints
@@ -180,6 +212,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("retry policy", json.dumps(policy.as_dict(), sort_keys=True)),
         ("overrides", json.dumps(dict(item.retry_policy), sort_keys=True)),
         ("retry window", f"{policy.window():g}s"),
+        ("rate", item.rate or "no limit"),
+        ("burst", _burst(item)),
         ("created", format_time(item.created_at)),
         ("updated", format_time(item.updated_at)),
     ])
@@ -192,17 +226,24 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
 @click.option("--timeout", type=float, metavar="SECONDS", help="New read timeout.")
 @click.option("--retry-policy", type=JsonParam(object_only=True),
               help=RETRY_POLICY_HELP + " Merged into the current overrides.")
+@click.option("--rate", metavar="N/s|N/m|N/h|none", help=RATE_HELP + "; 'none' removes it.")
+@click.option("--burst", type=int, metavar="N", help=BURST_HELP + ".")
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
-                    timeout: float | None, retry_policy: dict[str, Any] | None) -> None:
+                    timeout: float | None, retry_policy: dict[str, Any] | None,
+                    rate: str | None, burst: int | None) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt."""
-    changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy}
+    changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
+               "rate": rate, "burst": burst}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
-        raise click.UsageError("nothing to update: give --url, --secret, --timeout or "
-                               "--retry-policy")
-    EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
-                              retry_policy=retry_policy)
+        raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
+                               "--retry-policy, --rate or --burst")
+    updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
+                                        retry_policy=retry_policy, rate=checked_rate(rate),
+                                        burst=burst)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
+    if updated.rate is None and burst is not None:
+        click.echo("warning: --burst has no effect without a rate", err=True)
 
 
 @endpoint.command("disable")
@@ -284,16 +325,19 @@ def queue_depths() -> dict[str, int]:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(as_json: bool) -> None:
-    """Endpoints, queue depths and dead letters at a glance."""
+    """Endpoints, queue depths, dead letters and breakers (not closed or blocked) at a glance."""
     endpoints = EndpointRegistry().list()
     enabled = sum(1 for item in endpoints if item.enabled)
     dead_letters = DeadLetterQueue()
+    troubled = [status for status in statuses(item.id for item in endpoints)
+                if needs_attention(status)]
     report: dict[str, Any] = {
         "endpoints": {"total": len(endpoints), "enabled": enabled,
                       "disabled": len(endpoints) - enabled},
         "queues": queue_depths(),
         "dead_letters": {"total": dead_letters.count(),
                          "by_reason": dead_letters.counts_by_reason()},
+        "breakers": [breaker_json(status, cooldown=False) for status in troubled],
     }
     if as_json:
         echo_json(report)
@@ -306,5 +350,8 @@ def stats(as_json: bool) -> None:
         ("dead letters", report["dead_letters"]["total"]),
         *((f"  {reason}", count) for reason, count
           in sorted(report["dead_letters"]["by_reason"].items())),
+        ("breakers", f"{len(troubled)} not closed or blocked" if troubled
+                     else "all closed, none blocked"),
+        *((f"  {status.endpoint_id}", describe(status)) for status in troubled),
     ]
     echo_fields(rows)

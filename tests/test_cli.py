@@ -25,6 +25,7 @@ from redis.retry import Retry
 import app.cli
 import app.cli_dlq
 import app.deadletter
+import app.gates
 from app import store
 from app.celery import DELIVERY_QUEUE
 from app.cli import main
@@ -32,6 +33,7 @@ from app.cli_dlq import parse_time
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
 from app.endpoints import EndpointRegistry
+from app.gates import Gate
 from tests.conftest import Publications
 
 SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{40,}")
@@ -63,6 +65,30 @@ def new_secret(size: int = 32) -> str:
     return "whsec_" + base64.b64encode(os.urandom(size)).decode()
 
 
+#: Cool-down the breaker tests open with: the test setting (1.5s) could run out mid-test.
+COOLDOWN = 60.0
+
+
+@pytest.fixture
+def long_cooldown(monkeypatch: pytest.MonkeyPatch) -> None:
+    long = dataclasses.replace(settings(), breaker_cooldown=COOLDOWN,
+                               breaker_max_cooldown=10 * COOLDOWN)
+    monkeypatch.setattr(app.gates, "settings", lambda: long)
+
+
+def open_breaker(endpoint_id: str) -> int:
+    """Open the breaker of ``endpoint_id`` as a worker would: threshold failed attempts."""
+    gate, threshold = Gate(), settings().breaker_threshold
+    for n in range(threshold):
+        assert gate.admit(endpoint_id, f"e{n}", f"t{n}").verdict == "admitted"
+        gate.settle(endpoint_id, f"e{n}", f"t{n}", "failed")
+    return threshold
+
+
+def block_with_retry_after(endpoint_id: str, seconds: float = 30) -> None:
+    gate = Gate()
+    gate.admit(endpoint_id, "x", "t")
+    gate.settle(endpoint_id, "x", "t", "throttled", retry_after=seconds)
 
 
 @pytest.fixture
@@ -213,6 +239,48 @@ def test_show_of_an_unknown_endpoint_fails_with_a_hint() -> None:
     result = fails("endpoint", "show", "nope", "--json")
     assert "no endpoint 'nope'" in result.stderr
     assert result.stdout == ""
+
+
+def test_a_rate_and_burst_show_in_list_show_and_json_and_rate_none_removes_them() -> None:
+    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/", "--rate", "50/s",
+             "--burst", "5")
+    succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
+    rows = {line.split()[0]: line for line in succeeds("endpoint", "list").stdout.splitlines()}
+    assert "RATE" in rows["ID"]
+    assert "50/s burst 5" in rows["shop"]
+    assert [item["rate"] for item in json_out("endpoint", "list")] == [None, "50/s"]
+    shown = json_out("endpoint", "show", "shop")
+    assert (shown["rate"], shown["burst"]) == ("50/s", 5)
+    text = succeeds("endpoint", "show", "shop").stdout
+    assert re.search(r"^rate: +50/s$", text, re.M) and re.search(r"^burst: +5$", text, re.M)
+
+    assert "rate, burst" in succeeds("endpoint", "update", "crm", "--rate", "3000/m",
+                                     "--burst", "2").stdout
+    assert (EndpointRegistry().require("crm").rate, EndpointRegistry().require("crm").burst
+            ) == ("3000/m", 2)
+    succeeds("endpoint", "update", "shop", "--rate", "none")
+    shown = json_out("endpoint", "show", "shop")
+    assert shown["rate"] is None
+    assert "no limit" in succeeds("endpoint", "show", "shop").stdout
+    rows = {line.split()[0]: line for line in succeeds("endpoint", "list").stdout.splitlines()}
+    assert "burst" not in rows["shop"]
+
+
+@pytest.mark.parametrize("rate", ["fast", "0/s", "10/d", "²/s"])
+def test_an_invalid_rate_is_refused_with_the_accepted_format(rate: str) -> None:
+    added = fails("endpoint", "add", "shop", "--url", "https://shop.example/", "--rate", rate)
+    assert added.stderr.startswith(f"Error: rate {rate!r} is invalid: use N/s, N/m or N/h")
+    assert EndpointRegistry().get("shop") is None
+    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/", "--rate", "5/s")
+    updated = fails("endpoint", "update", "shop", "--rate", rate)
+    assert f"rate {rate!r} is invalid" in updated.stderr
+    assert EndpointRegistry().require("shop").rate == "5/s"
+
+
+def test_a_burst_out_of_range_is_refused() -> None:
+    result = fails("endpoint", "add", "shop", "--url", "https://shop.example/", "--burst", "0")
+    assert "burst 0 must be an integer from 1" in result.stderr
+    assert EndpointRegistry().get("shop") is None
 
 
 def test_an_unreachable_redis_gives_one_line_naming_redis_url(monkeypatch) -> None:
@@ -384,6 +452,56 @@ def test_dlq_restore_spool_moves_spooled_entries_into_redis(monkeypatch, tmp_pat
     assert "nothing to restore" in succeeds("dlq", "restore-spool").stdout
 
 
+# -- breakers -------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("long_cooldown")
+def test_breaker_status_shows_an_open_breaker_and_reset_closes_it() -> None:
+    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/")
+    succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
+    threshold = open_breaker("shop")
+    status = json_out("breaker", "status", "shop")
+    assert set(status) == {"endpoint_id", "state", "failures", "open_until", "blocked_until",
+                           "cooldown"}
+    assert (status["state"], status["failures"]) == ("open", threshold)
+    assert status["open_until"] > time.time()
+    assert status["blocked_until"] is None
+    assert status["cooldown"] == COOLDOWN
+    assert [(item["endpoint_id"], item["state"]) for item in json_out("breaker", "status")
+            ] == [("crm", "closed"), ("shop", "open")]
+    table = {line.split()[0]: line for line in succeeds("breaker", "status").stdout.splitlines()}
+    assert table["ENDPOINT"].split()[:3] == ["ENDPOINT", "STATE", "FAILURES"]
+    assert table["shop"].split()[1:3] == ["open", str(threshold)]
+    assert re.search(r"\(in \d+s\)", table["shop"])
+    assert table["crm"].split()[1:3] == ["closed", "0"]
+    assert re.search(r"^state: +open$", succeeds("breaker", "status", "shop").stdout, re.M)
+
+    reset = succeeds("breaker", "reset", "shop")
+    assert reset.stdout == "breaker of shop reset: closed, no Retry-After block\n"
+    status = json_out("breaker", "status", "shop")
+    assert (status["state"], status["failures"], status["open_until"]) == ("closed", 0, None)
+    assert Gate().admit("shop", "after-reset", "t").verdict == "admitted"
+
+
+def test_breaker_status_shows_a_retry_after_block_and_reset_lifts_it() -> None:
+    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/")
+    block_with_retry_after("shop", 30)
+    status = json_out("breaker", "status", "shop")
+    assert status["state"] == "closed"
+    assert time.time() + 20 < status["blocked_until"] <= time.time() + 31
+    assert re.search(r"^blocked until: .*\(in \d+s\)$",
+                     succeeds("breaker", "status", "shop").stdout, re.M)
+    succeeds("breaker", "reset", "shop")
+    assert json_out("breaker", "status", "shop")["blocked_until"] is None
+
+
+def test_breaker_commands_refuse_an_unknown_endpoint() -> None:
+    assert "no endpoint 'nope'" in fails("breaker", "status", "nope").stderr
+    assert "no endpoint 'nope'" in fails("breaker", "reset", "nope").stderr
+    assert json_out("breaker", "status") == []
+    assert "no endpoints" in succeeds("breaker", "status").stdout
+
+
 # -- stats ----------------------------------------------------------------------------------
 
 
@@ -393,13 +511,39 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
     succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
     succeeds("endpoint", "disable", "crm")
     report = json_out("stats")
-    assert set(report) == {"endpoints", "queues", "dead_letters"}
+    assert set(report) == {"endpoints", "queues", "dead_letters", "breakers"}
     assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1}
     assert set(report["queues"]) == {"hookline", "hookline.retry"}
     assert all(isinstance(depth, int) for depth in report["queues"].values())
     assert report["dead_letters"] == {
         "total": 5, "by_reason": {"exhausted": 3, "rejected": 1, "endpoint_removed": 1}}
-    assert "2 (1 enabled, 1 disabled)" in succeeds("stats").stdout
+    assert report["breakers"] == []
+    text = succeeds("stats").stdout
+    assert "2 (1 enabled, 1 disabled)" in text
+    assert "all closed, none blocked" in text
+
+
+@pytest.mark.usefixtures("long_cooldown")
+def test_stats_lists_breakers_that_are_open_or_blocked() -> None:
+    for endpoint_id in ("shop", "crm", "quiet"):
+        succeeds("endpoint", "add", endpoint_id, "--url", f"https://{endpoint_id}.example/")
+    threshold = open_breaker("shop")
+    block_with_retry_after("crm")
+    breakers = {item["endpoint_id"]: item for item in json_out("stats")["breakers"]}
+    assert set(breakers) == {"shop", "crm"}
+    assert set(breakers["shop"]) == {"endpoint_id", "state", "failures", "open_until",
+                                     "blocked_until"}
+    assert (breakers["shop"]["state"], breakers["shop"]["failures"]) == ("open", threshold)
+    assert breakers["shop"]["open_until"] > time.time()
+    assert (breakers["crm"]["state"], breakers["crm"]["open_until"]) == ("closed", None)
+    assert breakers["crm"]["blocked_until"] > time.time()
+    text = succeeds("stats").stdout
+    assert "2 not closed or blocked" in text
+    assert re.search(rf"^  shop: +open, {threshold} failure\(s\), until ", text, re.M)
+    assert re.search(r"^  crm: +closed, .*Retry-After block until ", text, re.M)
+    assert "quiet" not in text
+    succeeds("breaker", "reset", "shop")
+    assert [item["endpoint_id"] for item in json_out("stats")["breakers"]] == ["crm"]
 
 
 def test_stats_counts_the_messages_waiting_in_each_queue(monkeypatch,
