@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 import secrets as random_secrets
 import time
@@ -50,7 +51,9 @@ class Endpoint:
     :param retry_policy: overrides of the global retry policy's fields.
     :param rate: the most requests per time this receiver accepts from all workers together
         (``50/s``, ``3000/m``), or None for no limit.
-    :param burst: how many requests may go out back to back before the rate spaces them.
+    :param burst: how many requests may go out back to back before the rate spaces them;
+        None for the default, 100 ms worth of requests (at least 1), which also lets the limiter
+        absorb a worker's scheduling delays without losing throughput.
     """
 
     id: str
@@ -61,7 +64,7 @@ class Endpoint:
     timeout: float | None = None
     retry_policy: Mapping[str, Any] = field(default_factory=dict)
     rate: str | None = None
-    burst: int = 1
+    burst: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
 
@@ -70,6 +73,13 @@ class Endpoint:
 
     def read_timeout(self) -> float:
         return self.timeout if self.timeout is not None else settings().read_timeout
+
+    def effective_burst(self) -> int:
+        if self.burst is not None:
+            return self.burst
+        if not self.rate:
+            return 1
+        return max(1, math.ceil(0.1 / parse_rate(self.rate)))
 
     def to_hash(self) -> dict[str, str]:
         return {
@@ -82,7 +92,8 @@ class Endpoint:
             "rate": self.rate or "",
             # What the admit script reads: milliseconds between requests, 0 for no limit.
             "rate_interval_ms": repr(parse_rate(self.rate) * 1000) if self.rate else "0",
-            "burst": str(self.burst),
+            "burst": "" if self.burst is None else str(self.burst),
+            "rate_burst": str(self.effective_burst()),
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
         }
@@ -99,7 +110,7 @@ class Endpoint:
             timeout=float(timeout) if timeout else None,
             retry_policy=json.loads(data.get("retry_policy") or "{}"),
             rate=data.get("rate") or None,
-            burst=int(data.get("burst") or 1),
+            burst=int(data["burst"]) if data.get("burst") else None,
             created_at=float(data.get("created_at") or 0),
             updated_at=float(data.get("updated_at") or 0),
         )
@@ -114,7 +125,7 @@ class Endpoint:
             "timeout": self.timeout,
             "retry_policy": dict(self.retry_policy),
             "rate": self.rate,
-            "burst": self.burst,
+            "burst": self.effective_burst() if self.rate else None,
             "secrets": [mask_secret(s) for s in self.secrets],
             "created_at": self.created_at,
             "updated_at": self.updated_at,
@@ -230,7 +241,7 @@ class EndpointRegistry:
         timeout: float | None = None,
         retry_policy: Mapping[str, Any] | None = None,
         rate: str | None = None,
-        burst: int = 1,
+        burst: int | None = None,
     ) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given."""
         validate_endpoint_id(endpoint_id)
@@ -242,7 +253,7 @@ class EndpointRegistry:
             timeout=validate_timeout(timeout),
             retry_policy=validate_policy_override(retry_policy or {}),
             rate=validate_rate(rate),
-            burst=validate_burst(burst),
+            burst=None if burst is None else validate_burst(burst),
             created_at=now,
             updated_at=now,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import math
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC
@@ -184,6 +185,8 @@ def retry_countdown(
     return delay
 
 
+#: The limiter works in milliseconds of Redis time: 1000/s is the finest rate it can space.
+MIN_RATE_INTERVAL = 0.001
 #: Rate units accepted after the slash, in seconds.
 RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -194,9 +197,12 @@ def parse_rate(text: str) -> float:
     Raises :class:`PolicyError` with the accepted format for anything else.
     """
     count, _, unit = str(text).strip().partition("/")
-    if unit not in RATE_UNITS or not count.isdigit() or int(count) < 1:
+    if unit not in RATE_UNITS or not re.fullmatch(r"[1-9][0-9]{0,8}", count):
         raise PolicyError(
             f"rate {text!r} is invalid: use N/s, N/m or N/h with N a positive integer "
             "(e.g. 50/s, 3000/m)"
         )
-    return RATE_UNITS[unit] / int(count)
+    interval = RATE_UNITS[unit] / int(count)
+    if interval < MIN_RATE_INTERVAL:
+        raise PolicyError(f"rate {text!r} is above the largest limit Hookline enforces, 1000/s")
+    return interval

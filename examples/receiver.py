@@ -65,6 +65,20 @@ def fail_first(times: int, failure: Reply, then: Reply | None = None) -> Behavio
     return lambda attempt: failure if attempt <= times else success
 
 
+def in_order(*replies: Reply, then: Reply | None = None) -> Behaviour:
+    """Answer the route's requests with ``replies`` in arrival order, whatever their event,
+    then ``then`` (204) for every later request."""
+    pending = list(replies)
+    lock = threading.Lock()
+    final = then or Reply(204)
+
+    def behaviour(attempt: int) -> Reply:
+        with lock:
+            return pending.pop(0) if pending else final
+
+    return behaviour
+
+
 class Receiver:
     """A threaded HTTP server on 127.0.0.1; ``url(path)`` gives the address of a route."""
 

@@ -128,7 +128,14 @@ def test_rate_strings_give_the_emission_interval(text, interval):
     assert parse_rate(text) == pytest.approx(interval)
 
 
-@pytest.mark.parametrize("text", ["", "50", "50/d", "0/s", "-1/s", "1.5/s", "fast", "/s", "50/"])
+@pytest.mark.parametrize("text", ["", "50", "50/d", "0/s", "-1/s", "1.5/s", "fast", "/s", "50/",
+                                  "\u00b2/s", "\u0665/s", "050/s"])
 def test_invalid_rate_strings_are_refused_with_the_format(text):
     with pytest.raises(PolicyError, match="N/s, N/m or N/h"):
         parse_rate(text)
+
+
+def test_rates_finer_than_a_millisecond_are_refused():
+    assert parse_rate("1000/s") == 0.001
+    with pytest.raises(PolicyError, match="1000/s"):
+        parse_rate("5000/s")

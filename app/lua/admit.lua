@@ -1,10 +1,12 @@
 -- Admit one attempt of one event to one endpoint: every gate in one round trip.
--- KEYS[1]  hookline:{ep}:endpoint        endpoint hash (url, secrets, enabled, rate_interval_ms, burst...)
+-- KEYS[1]  hookline:{ep}:endpoint        endpoint hash (url, secrets, enabled, rate_interval_ms,
+--                                        rate_burst, ...)
 -- KEYS[2]  hookline:{ep}:done:<event>    set once the event was delivered
 -- KEYS[3]  hookline:{ep}:lease:<event>   in-flight lease, value = the holder's token
 -- KEYS[4]  hookline:{ep}:starts:<event>  attempts started and not yet settled (crash counter)
 -- KEYS[5]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token, blocked_until
--- KEYS[6]  hookline:{ep}:rate            GCRA theoretical arrival time (ms)
+-- KEYS[6]  hookline:{ep}:rate            rate limiter: tat (GCRA theoretical arrival time) and
+--                                        book (latest slot booked by a deferred event), ms
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime, milliseconds
 -- ARGV[3]  unsettled starts allowed before the event counts as a poison message
@@ -71,27 +73,35 @@ if blocked_until > now then
   return {'deferred', 'blocked', blocked_until - now, 0}
 end
 
--- Rate limit (GCRA). A deferred event books the next free slot and comes back at it, so a
--- burst drains at the rate without waking every waiting event for every slot.
+-- Rate limit: GCRA on the theoretical arrival time (tat), strict for every event, so a
+-- window never holds more than the rate plus the burst. An event over budget books the next
+-- free slot (book) and is told to come back then: a burst drains in order, one event per slot,
+-- instead of every waiting event asking again at every slot. A booked event has no privilege
+-- when it returns; it only does not queue again.
 local interval = tonumber(config['rate_interval_ms']) or 0
 local new_tat = nil
+local rate_ttl = 0
 if interval > 0 then
   local slot = tonumber(ARGV[5]) or 0
   if slot > 0 and now < slot then
     return {'deferred', 'rate_limited', slot - now, slot}
   end
-  -- A booked slot is honoured if the event is back within one interval of it; later, the
-  -- slot is lost and the event queues again (using it late could exceed the rate).
-  if not (slot > 0 and now <= slot + interval) then
-    local tolerance = interval * ((tonumber(config['burst']) or 1) - 1)
-    local tat = math.max(tonumber(redis.call('GET', KEYS[6])) or 0, now)
-    if tat - now > tolerance then
-      local booked = tat - tolerance
-      redis.call('SET', KEYS[6], tat + interval, 'PX', math.ceil(tat + interval - now) + 60000)
-      return {'deferred', 'rate_limited', booked - now, booked}
+  local tolerance = interval * ((tonumber(config['rate_burst']) or 1) - 1)
+  local limiter = redis.call('HMGET', KEYS[6], 'tat', 'book')
+  local tat = math.max(tonumber(limiter[1]) or 0, now)
+  local book = tonumber(limiter[2]) or 0
+  local queued = slot == 0 and book > now  -- others booked ahead: no jumping the queue
+  if queued or tat - now > tolerance then
+    if slot > 0 then
+      return {'deferred', 'rate_limited', tat - tolerance - now, slot}  -- at the front already
     end
-    new_tat = tat + interval
+    local booked = math.max(book + interval, tat - tolerance)
+    redis.call('HSET', KEYS[6], 'book', booked)
+    redis.call('PEXPIRE', KEYS[6], math.ceil(booked - now) + 60000)
+    return {'deferred', 'rate_limited', booked - now, booked}
   end
+  new_tat = tat + interval
+  rate_ttl = math.ceil(math.max(new_tat, book) - now) + 60000
 end
 
 local starts = redis.call('INCR', KEYS[4])
@@ -103,7 +113,8 @@ end
 
 redis.call('SET', KEYS[3], ARGV[1], 'PX', tonumber(ARGV[2]))
 if new_tat then
-  redis.call('SET', KEYS[6], new_tat, 'PX', math.ceil(new_tat - now) + 60000)
+  redis.call('HSET', KEYS[6], 'tat', new_tat)
+  redis.call('PEXPIRE', KEYS[6], rate_ttl)
 end
 if probe then
   redis.call('HSET', KEYS[5], 'state', 'half_open', 'probe_until', now + tonumber(ARGV[2]),
