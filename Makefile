@@ -10,7 +10,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 # The tests use their own database (15) of the local Redis unless told otherwise.
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
-.PHONY: install venv redis demo test lint clean
+.PHONY: install venv redis demo test lint bench clean
 
 install venv: $(STAMP)
 
@@ -37,6 +37,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.gates
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build

@@ -1,0 +1,1 @@
+"""Benchmarks of Hookline, run against private Redis servers: ``python -m bench.gates``."""
