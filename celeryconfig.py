@@ -48,12 +48,17 @@ worker_cancel_long_running_tasks_on_connection_loss = True
 # worker could send now, and a crash returns at most one message per slot to the queue.
 worker_prefetch_multiplier = int(os.environ.get("CELERY_WORKER_PREFETCH_MULTIPLIER", "1"))
 
-# How long an unacknowledged message stays invisible before Redis hands it to another worker.
-# It bounds how late a message held by a worker that died entirely (the whole container, not a
-# pool child) comes back, and every retry countdown must be shorter (Celery's Redis transport
-# redelivers longer countdowns twice): app/config.py refuses a max backoff that is not.
+# How long an unacknowledged message stays invisible before Redis hands it to another worker:
+# how late the messages of a worker that died entirely (the whole container, not a pool child)
+# come back. It must exceed the longest a live worker holds a message (one attempt, as
+# prefetch is one per slot); app/config.py checks that. Retries never wait in the broker (they
+# wait in Hookline's retry schedule), so no countdown has to fit inside it.
 broker_transport_options = {
     "visibility_timeout": _settings.visibility_timeout,
+    # Look for such messages every tenth of the timeout (kombu's default is every ~100 s), so
+    # one comes back within about 1.1 x the visibility timeout.
+    "unacked_restore_interval": max(1, round(_settings.visibility_timeout / 10)),
+    "unacked_restore_throttle": 1,
 }
 # Retry publishing (a first delivery or a retry) for a few seconds when Redis blips, instead of
 # failing at once; past that the caller gets the error (send_webhook) or the event is

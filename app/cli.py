@@ -1,4 +1,5 @@
-"""The ``hookline`` command: endpoints, test events, dead letters, breakers and statistics.
+"""The ``hookline`` command: endpoints, test events, dead letters, breakers, the retry schedule,
+the releaser and statistics.
 
 Every listing and ``show`` takes ``--json``. A signing secret is printed once, when
 ``endpoint add`` generates it, and masked everywhere else. Bad input and an unreachable Redis
@@ -20,11 +21,13 @@ from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
 from app.cli_breaker import breaker, breaker_json, describe, needs_attention, statuses
 from app.cli_dlq import dlq
 from app.cli_output import echo_fields, echo_json, echo_table, format_time, shorten
+from app.cli_schedule import releaser, schedule, schedule_json, schedule_rows
 from app.config import ConfigError, settings
 from app.deadletter import DeadLetterQueue
 from app.endpoints import Endpoint, EndpointError, EndpointRegistry
 from app.enqueue import WebhookInputError, send_webhook
 from app.policy import PolicyError
+from app.schedule import RetrySchedule
 
 #: Errors whose message already says what to fix: shown as is.
 INPUT_ERRORS = (EndpointError, WebhookInputError, ConfigError, PolicyError)
@@ -110,6 +113,8 @@ def main() -> None:
 
 main.add_command(dlq)
 main.add_command(breaker)
+main.add_command(schedule)
+main.add_command(releaser)
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -325,16 +330,20 @@ def queue_depths() -> dict[str, int]:
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def stats(as_json: bool) -> None:
-    """Endpoints, queue depths, dead letters and breakers (not closed or blocked) at a glance."""
+    """Endpoints, queue depths, scheduled retries, dead letters and breakers (not closed or
+    blocked) at a glance."""
     endpoints = EndpointRegistry().list()
     enabled = sum(1 for item in endpoints if item.enabled)
     dead_letters = DeadLetterQueue()
     troubled = [status for status in statuses(item.id for item in endpoints)
                 if needs_attention(status)]
+    retry_schedule = RetrySchedule()
+    scheduled = retry_schedule.stats()
     report: dict[str, Any] = {
         "endpoints": {"total": len(endpoints), "enabled": enabled,
                       "disabled": len(endpoints) - enabled},
         "queues": queue_depths(),
+        "schedule": schedule_json(scheduled),
         "dead_letters": {"total": dead_letters.count(),
                          "by_reason": dead_letters.counts_by_reason()},
         "breakers": [breaker_json(status, cooldown=False) for status in troubled],
@@ -347,6 +356,7 @@ def stats(as_json: bool) -> None:
         ("endpoints", f"{counts['total']} ({counts['enabled']} enabled, "
                       f"{counts['disabled']} disabled)"),
         *((f"queue {name}", depth) for name, depth in report["queues"].items()),
+        *schedule_rows(scheduled, retry_schedule),
         ("dead letters", report["dead_letters"]["total"]),
         *((f"  {reason}", count) for reason, count
           in sorted(report["dead_letters"]["by_reason"].items())),

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 
 from app.policy import PolicyError, RetryPolicy
 
+#: Longest read timeout an endpoint may have, seconds.
+MAX_READ_TIMEOUT = 120.0
+#: Seconds an in-flight lease outlives the longest its attempt can take.
+LEASE_MARGIN = 10.0
+
 
 class ConfigError(ValueError):
     """An environment variable holds a value Hookline cannot use; the message names it."""
@@ -23,8 +28,9 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     broker_url: str = "redis://127.0.0.1:6379/0"
     #: Seconds an unacknowledged message stays invisible before the broker hands it to another
-    #: worker. Every retry countdown must end before it, or the retry is delivered twice.
-    visibility_timeout: float = 7200.0
+    #: worker: how late the messages held by a worker that died entirely come back. It must
+    #: exceed the longest a live worker holds one (waiting for a slot, then one attempt).
+    visibility_timeout: float = 300.0
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     #: Longest Retry-After honoured; a receiver asking for more gets this.
     retry_after_cap: float = 3600.0
@@ -50,20 +56,40 @@ class Settings:
     #: failed probe up to ``breaker_max_cooldown``.
     breaker_cooldown: float = 30.0
     breaker_max_cooldown: float = 600.0
+    #: Caps on scheduled retries, in all and per endpoint; past them: dead letter backlog_full.
+    schedule_max: int = 1_000_000
+    schedule_max_per_endpoint: int = 100_000
+    #: Most messages the retry queue holds; due retries past it wait in the schedule, so the
+    #: workers' share for first deliveries stays free.
+    retry_queue_limit: int = 1000
+    #: Where due retries are released: "worker" (a thread in every worker) or "off" (run
+    #: ``hookline releaser`` as its own process).
+    releaser: str = "worker"
+    #: Longest a releaser sleeps between looks at the schedule, seconds.
+    releaser_max_sleep: float = 1.0
     metrics_port: int = 9808
     log_format: str = "text"
 
-    @property
-    def lease_seconds(self) -> float:
-        """How long an in-flight lease lives: the longest an attempt can take, plus a margin."""
-        return self.connect_timeout + 4 * self.read_timeout + 30.0
+    def lease_seconds(self, read_timeout: float | None = None) -> float:
+        """How long an attempt's in-flight lease lives: the longest the attempt can take
+        (connect, then the response and its body within twice the read timeout), plus a
+        margin. The admit script computes the same from the endpoint's own timeout."""
+        read = self.read_timeout if read_timeout is None else read_timeout
+        return self.connect_timeout + 2 * read + LEASE_MARGIN
+
+    def longest_read_timeout(self) -> float:
+        """The longest read timeout an endpoint may have: its attempts must end, lease and
+        all, before the broker's visibility timeout hands the message to another worker."""
+        return min(MAX_READ_TIMEOUT,
+                   (self.visibility_timeout - self.connect_timeout - LEASE_MARGIN) / 2)
 
     @property
     def done_ttl(self) -> int:
         return math.ceil(self.retry_policy.max_age + self.replay_horizon)
 
 
-def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0,
+            maximum: float = math.inf) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -71,8 +97,9 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value < minimum:
-        raise ConfigError(f"{name}={raw!r} must be a finite number >= {minimum}")
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        bounds = f">= {minimum}" if maximum == math.inf else f"between {minimum} and {maximum}"
+        raise ConfigError(f"{name}={raw!r} must be a finite number {bounds}")
     return value
 
 
@@ -116,6 +143,13 @@ def _retry_policy(env: Mapping[str, str]) -> RetryPolicy:
         raise ConfigError(f"{prefix}: {exc}") from None
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = (env.get(name) or choices[0]).strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming the bad variable."""
     env = os.environ if env is None else env
@@ -128,11 +162,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     settings = Settings(
         redis_url=redis_url,
         broker_url=env.get("CELERY_BROKER_URL") or redis_url,
-        visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 7200.0, minimum=60.0),
+        visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0),
         retry_policy=_retry_policy(env),
         retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0),
         connect_timeout=_number(env, "HOOKLINE_CONNECT_TIMEOUT", 5.0, minimum=0.1),
-        read_timeout=_number(env, "HOOKLINE_READ_TIMEOUT", 15.0, minimum=0.1),
+        read_timeout=_number(env, "HOOKLINE_READ_TIMEOUT", 15.0, minimum=0.1,
+                             maximum=MAX_READ_TIMEOUT),
         max_payload_bytes=_integer(env, "HOOKLINE_MAX_PAYLOAD_BYTES", 256 * 1024, minimum=1),
         max_response_bytes=_integer(env, "HOOKLINE_MAX_RESPONSE_BYTES", 64 * 1024, minimum=0),
         replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0),
@@ -141,32 +176,27 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
         breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1),
         breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1),
+        schedule_max=_integer(env, "HOOKLINE_SCHEDULE_MAX", 1_000_000, minimum=1),
+        schedule_max_per_endpoint=_integer(env, "HOOKLINE_SCHEDULE_MAX_PER_ENDPOINT", 100_000,
+                                           minimum=1),
+        retry_queue_limit=_integer(env, "HOOKLINE_RETRY_QUEUE_LIMIT", 1000, minimum=1),
+        releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
+        releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01),
         metrics_port=_integer(env, "HOOKLINE_METRICS_PORT", 9808, minimum=0),
         log_format=log_format,
     )
-    check_policy_fits(settings.retry_policy, settings, source="HOOKLINE_MAX_BACKOFF")
     if settings.breaker_max_cooldown < settings.breaker_cooldown:
         raise ConfigError(
             f"HOOKLINE_BREAKER_MAX_COOLDOWN ({settings.breaker_max_cooldown:g}s) must be at "
             f"least HOOKLINE_BREAKER_COOLDOWN ({settings.breaker_cooldown:g}s)"
         )
-    if settings.retry_after_cap >= settings.visibility_timeout:
+    if settings.visibility_timeout <= settings.lease_seconds():
         raise ConfigError(
-            f"HOOKLINE_RETRY_AFTER_CAP ({settings.retry_after_cap:g}s) must be shorter than "
-            f"CELERY_VISIBILITY_TIMEOUT ({settings.visibility_timeout:g}s)"
+            f"CELERY_VISIBILITY_TIMEOUT ({settings.visibility_timeout:g}s) must exceed the "
+            f"longest attempt ({settings.lease_seconds():g}s: connect + 2 x read timeout + "
+            f"{LEASE_MARGIN:g}s), or a message still being sent is handed to a second worker"
         )
     return settings
-
-
-def check_policy_fits(policy: RetryPolicy, settings: Settings, *, source: str) -> None:
-    """A countdown at least as long as the broker's visibility timeout would be delivered twice
-    by Celery's Redis transport, so no policy may allow one."""
-    if policy.max_backoff >= settings.visibility_timeout:
-        raise ConfigError(
-            f"{source}: max_backoff ({policy.max_backoff:g}s) must be shorter than "
-            f"CELERY_VISIBILITY_TIMEOUT ({settings.visibility_timeout:g}s), or the broker "
-            f"delivers the retry twice"
-        )
 
 
 @functools.cache

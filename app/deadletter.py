@@ -42,6 +42,7 @@ REASONS = {
     "malformed": "the task message is not a valid event",
     "worker_lost": "workers died while sending it, again and again",
     "retry_failed": "the retry could not be scheduled",
+    "backlog_full": "the retry schedule is at its cap (in all or for the endpoint)",
     "error": "an unexpected error in Hookline",
 }
 

@@ -22,6 +22,7 @@ from app.endpoints import ENDPOINT_ID_PATTERN, Endpoint
 from app.gates import Admission, Gate, Verdict
 from app.logs import log_event
 from app.policy import Outcome, classify, parse_retry_after, retry_countdown
+from app.schedule import dead_letter_scheduled
 from app.sender import AttemptResult, WebhookEvent, send
 
 MAX_EVENT_ID_LENGTH = 200
@@ -40,10 +41,13 @@ class RetryableDelivery(Exception):
     The task lists this in ``autoretry_for``; its ``retry()`` reads the countdown from here.
     """
 
-    def __init__(self, message: str, *, countdown: float, request: DeliveryRequest) -> None:
+    def __init__(self, message: str, *, countdown: float, request: DeliveryRequest,
+                 status: int | None = None, error: str = "") -> None:
         super().__init__(message)
         self.countdown = countdown
         self.request = request
+        self.status = status
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -213,7 +217,9 @@ class DeliveryEngine:
         if outcome is Outcome.GONE:
             log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
                       reason="gone", status=410)
-            return self.dead_letter(request, "endpoint_gone", result=result, at=ended)
+            finished = self.dead_letter(request, "endpoint_gone", result=result, at=ended)
+            dead_letter_scheduled(endpoint.id, "endpoint_gone")
+            return finished
         if outcome is Outcome.REJECTED:
             return self.dead_letter(request, "rejected", result=result, at=ended)
         return self._schedule_retry(endpoint, request, result, ended, retry_after)
@@ -253,6 +259,8 @@ class DeliveryEngine:
             f"attempt {request.attempts} failed: {result.status or result.error}",
             countdown=countdown,
             request=request,
+            status=result.status,
+            error=result.error,
         )
 
     def _give_up(

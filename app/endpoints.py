@@ -19,14 +19,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app import store
-from app.config import ConfigError, check_policy_fits, settings
+from app.config import MAX_READ_TIMEOUT, settings
 from app.policy import PolicyError, RetryPolicy, parse_rate
+from app.schedule import dead_letter_scheduled
 
 ENDPOINT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SECRET_PREFIX = "whsec_"
 MAX_URL_LENGTH = 2048
 #: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
-MAX_TIMEOUT = 120.0
+MAX_TIMEOUT = MAX_READ_TIMEOUT
 
 
 class EndpointError(ValueError):
@@ -191,8 +192,12 @@ def validate_secret(secret: str) -> str:
 def validate_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
-    if not 0.1 <= timeout <= MAX_TIMEOUT:
-        raise EndpointError(f"timeout {timeout!r} must be between 0.1 and {MAX_TIMEOUT:g} seconds")
+    longest = settings().longest_read_timeout()
+    if not 0.1 <= timeout <= longest:
+        raise EndpointError(
+            f"timeout {timeout!r} must be between 0.1 and {longest:g} seconds (at most "
+            f"{MAX_TIMEOUT:g}, and an attempt must end within CELERY_VISIBILITY_TIMEOUT)"
+        )
     return float(timeout)
 
 
@@ -219,9 +224,8 @@ def validate_burst(burst: int) -> int:
 
 def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
     try:
-        policy = settings().retry_policy.replace(overrides)
-        check_policy_fits(policy, settings(), source="retry policy")
-    except (PolicyError, ConfigError) as exc:
+        settings().retry_policy.replace(overrides)
+    except PolicyError as exc:
         raise EndpointError(f"invalid retry policy: {exc}") from None
     return dict(overrides)
 
@@ -321,10 +325,14 @@ class EndpointRegistry:
         return self._save(replace(endpoint, **changes))
 
     def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:
+        """Stop all sends; the endpoint's scheduled retries go to the dead-letter queue now
+        (reason ``endpoint_disabled``), ready to replay once it is fixed."""
         endpoint = self.require(endpoint_id)
-        return self._save(
+        saved = self._save(
             replace(endpoint, enabled=False, disabled_reason=reason, updated_at=time.time())
         )
+        dead_letter_scheduled(endpoint_id, "endpoint_disabled")
+        return saved
 
     def enable(self, endpoint_id: str) -> Endpoint:
         endpoint = self.require(endpoint_id)
@@ -333,11 +341,14 @@ class EndpointRegistry:
         )
 
     def remove(self, endpoint_id: str) -> None:
+        """Forget the endpoint; its scheduled retries go to the dead-letter queue now."""
         self.require(endpoint_id)
         pipe = self.redis.pipeline()
-        pipe.delete(store.endpoint_key(endpoint_id))
+        pipe.delete(store.endpoint_key(endpoint_id), store.breaker_key(endpoint_id),
+                    store.rate_key(endpoint_id))
         pipe.srem(store.ENDPOINT_INDEX, endpoint_id)
         pipe.execute()
+        dead_letter_scheduled(endpoint_id, "endpoint_removed")
 
     def _save(self, endpoint: Endpoint) -> Endpoint:
         key = store.endpoint_key(endpoint.id)

@@ -96,10 +96,11 @@ class Gate:
             keys=_keys(endpoint_id, event_id),
             args=[
                 token,
-                math.ceil(config.lease_seconds * 1000),
+                math.ceil(config.lease_seconds(0) * 1000),
                 config.max_unsettled_starts,
                 math.ceil(config.visibility_timeout * 4),
                 int(rate_slot or 0),
+                math.ceil(config.read_timeout * 1000),
             ],
         )
         verdict = Verdict(reply[0])

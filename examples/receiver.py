@@ -82,8 +82,11 @@ def in_order(*replies: Reply, then: Reply | None = None) -> Behaviour:
 class Receiver:
     """A threaded HTTP server on 127.0.0.1; ``url(path)`` gives the address of a route."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 record_to: str | None = None) -> None:
         self.routes: dict[str, Behaviour] = {}
+        #: When set, one JSON line per request (at, path, webhook_id, status) is appended here.
+        self.record_file = open(record_to, "a", buffering=1) if record_to else None  # noqa: SIM115
         self.default: Behaviour = always(Reply(204))
         self.received: list[Received] = []
         self._attempts: Counter[tuple[str, str]] = Counter()
@@ -140,10 +143,13 @@ class Receiver:
             self._attempts[(path, webhook_id)] += 1
             attempt = self._attempts[(path, webhook_id)]
         reply = self.routes.get(path, self.default)(attempt)
+        received = Received(path, headers, body, time.time(), webhook_id, attempt, reply.status)
         with self._changed:
-            self.received.append(
-                Received(path, headers, body, time.time(), webhook_id, attempt, reply.status)
-            )
+            self.received.append(received)
+            if self.record_file is not None:
+                self.record_file.write(json.dumps({"at": received.at, "path": path,
+                                                   "webhook_id": webhook_id,
+                                                   "status": reply.status}) + "\n")
             self._changed.notify_all()
         return attempt, reply
 
@@ -213,8 +219,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8099)
+    parser.add_argument("--record", metavar="FILE", help="append one JSON line per request")
     options = parser.parse_args()
-    receiver = Receiver(options.host, options.port)
+    receiver = Receiver(options.host, options.port, record_to=options.record)
     for path, behaviour in DEMO_ROUTES.items():
         receiver.route(path, behaviour)
     routes = ", ".join(DEMO_ROUTES)

@@ -8,8 +8,9 @@ from typing import Any
 
 import redis
 from celery import Task
-from celery.exceptions import Reject
+from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import task_failure
+from kombu.exceptions import KombuError
 
 from app.celery import RETRY_QUEUE, app
 from app.config import settings
@@ -26,6 +27,7 @@ from app.delivery import (
 from app.endpoints import ENDPOINT_ID_PATTERN
 from app.logs import log_event
 from app.policy import compute_backoff
+from app.schedule import RetrySchedule, ScheduleFull, build_message
 
 _engine: DeliveryEngine | None = None
 
@@ -38,12 +40,14 @@ def engine() -> DeliveryEngine:
 
 
 class DeliveryTask(Task):
-    """Retries through ``autoretry_for`` with Hookline's own countdown.
+    """Retries through ``autoretry_for`` with Hookline's own countdown and retry schedule.
 
     Celery's ``retry_backoff`` is off: its factor is rounded to whole seconds and it knows
     neither Retry-After nor per-endpoint policies. The engine computes the countdown when the
-    attempt ends and hands it over on :class:`RetryableDelivery`; ``retry()`` sends the retry to
-    the retry queue with the attempt count and first-attempt time in its arguments.
+    attempt ends and hands it over on :class:`RetryableDelivery`. ``retry()`` then parks the
+    retry in the durable schedule in Redis (not in worker memory as a countdown would) and
+    raises Celery's ``Retry``, so the message is acknowledged after the park is written and
+    Flower shows the task as retried.
     """
 
     autoretry_for = (RetryableDelivery, redis.RedisError)
@@ -53,26 +57,47 @@ class DeliveryTask(Task):
 
     def retry(self, args=None, kwargs=None, exc=None, throw=True, eta=None, countdown=None,
               max_retries=None, **options):
-        kwargs = dict(self.request.kwargs if kwargs is None else kwargs)
+        request = self.request
+        args = list(request.args if args is None else args)
+        kwargs = dict(request.kwargs if kwargs is None else kwargs)
+        last_status, last_error = None, ""
         if isinstance(exc, RetryableDelivery):
             countdown = exc.countdown
             kwargs["attempts"] = exc.request.attempts
             kwargs["first_attempt_at"] = exc.request.first_attempt_at
             kwargs.pop("rate_slot", None)  # the slot was used by this attempt
+            last_status, last_error = exc.status, exc.error
         elif countdown is None:
             # Hookline's own Redis failed before the attempt: not an attempt at the receiver.
             countdown = compute_backoff(settings().retry_policy, 1)
-        options.setdefault("queue", RETRY_QUEUE)
-        try:
-            return super().retry(args=args if args is not None else self.request.args,
-                                 kwargs=kwargs, exc=exc, throw=throw, eta=eta,
+        if request.called_directly or request.is_eager:
+            return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw,
                                  countdown=countdown, max_retries=max_retries, **options)
-        except Reject as reject:
-            # Publishing the retry failed (Celery would now drop the message): dead-letter it,
-            # spooled to disk if Redis itself is down.
-            _dead_letter_unexpected(self.request.args, kwargs, self.request.id, "retry_failed",
-                                    reject.reason)
-            raise
+        event_id = kwargs.setdefault("event_id", request.id)
+        try:
+            message = build_message(
+                self.app, task_name=self.name, task_id=request.id, args=args, kwargs=kwargs,
+                retries=request.retries + 1, queue=RETRY_QUEUE, parent_id=request.parent_id,
+                root_id=request.root_id,
+            )
+            RetrySchedule().park(endpoint_id=args[0], event_id=event_id, countdown=countdown,
+                                 message=message, last_status=last_status,
+                                 last_error=last_error)
+        except ScheduleFull as full:
+            log_event("schedule.full", level=logging.WARNING, endpoint_id=args[0],
+                      event_id=event_id, which=full.which)
+            _dead_letter_unexpected(args, kwargs, request.id, "backlog_full", full,
+                                    last_status=last_status, last_error=last_error)
+            raise Ignore() from None
+        except (redis.RedisError, KombuError, OSError) as error:
+            # The retry cannot be parked: dead-letter it (spooled to disk if Redis itself is
+            # down) rather than let the message go with nothing to show for it.
+            _dead_letter_unexpected(args, kwargs, request.id, "retry_failed", error)
+            raise Reject(error, requeue=False) from None
+        retry = Retry(exc=exc, when=countdown)
+        if throw:
+            raise retry
+        return retry
 
 
 @app.task(bind=True, base=DeliveryTask, name="hookline.deliver")
@@ -130,7 +155,8 @@ def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any =
 
 
 def _dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | None, reason: str,
-                            exception: Any) -> None:
+                            exception: Any, *, last_status: int | None = None,
+                            last_error: str = "") -> None:
     args = list(args) + [None] * 3
     valid_id = isinstance(args[0], str) and ENDPOINT_ID_PATTERN.match(args[0])
     endpoint_id = args[0] if valid_id else "invalid"
@@ -143,7 +169,8 @@ def _dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | No
         reason=reason,
         attempts=int(kwargs.get("attempts") or 0),
         first_attempt_at=kwargs.get("first_attempt_at"),
-        last_error=f"{type(exception).__name__}: {exception}"[:500],
+        last_status=last_status,
+        last_error=last_error or f"{type(exception).__name__}: {exception}"[:500],
         detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
     )
     DeadLetterQueue().add(entry)

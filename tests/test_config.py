@@ -37,7 +37,12 @@ def test_policy_variables_are_read():
         ({"HOOKLINE_MAX_ATTEMPTS": "three"}, "HOOKLINE_MAX_ATTEMPTS"),
         ({"HOOKLINE_INITIAL_BACKOFF": "100", "HOOKLINE_MAX_BACKOFF": "10"},
          "HOOKLINE_INITIAL_BACKOFF"),
-        ({"HOOKLINE_MAX_BACKOFF": "9000"}, "CELERY_VISIBILITY_TIMEOUT"),
+        ({"HOOKLINE_MAX_BACKOFF": str(8 * 86400)}, "HOOKLINE_MAX_BACKOFF"),
+        ({"CELERY_VISIBILITY_TIMEOUT": "40"}, "CELERY_VISIBILITY_TIMEOUT"),
+        ({"HOOKLINE_READ_TIMEOUT": "500"}, "HOOKLINE_READ_TIMEOUT"),
+        ({"HOOKLINE_RELEASER": "cron"}, "HOOKLINE_RELEASER"),
+        ({"HOOKLINE_BREAKER_COOLDOWN": "60", "HOOKLINE_BREAKER_MAX_COOLDOWN": "30"},
+         "HOOKLINE_BREAKER_MAX_COOLDOWN"),
         ({"HOOKLINE_MAX_AGE": "inf"}, "HOOKLINE_MAX_AGE"),
         ({"REDIS_URL": "http://localhost"}, "REDIS_URL"),
         ({"HOOKLINE_READ_TIMEOUT": "0"}, "HOOKLINE_READ_TIMEOUT"),
@@ -49,6 +54,8 @@ def test_bad_setting_is_refused_with_its_name(env, named):
         load_settings(env)
 
 
-def test_longer_visibility_timeout_allows_longer_backoff():
-    settings = load_settings({"HOOKLINE_MAX_BACKOFF": "9000", "CELERY_VISIBILITY_TIMEOUT": "10000"})
-    assert settings.retry_policy.max_backoff == 9000
+def test_backoff_is_not_bounded_by_the_visibility_timeout():
+    """Retries wait in the retry schedule, not in the broker: a day-long backoff is fine."""
+    settings = load_settings({"HOOKLINE_MAX_BACKOFF": "86400", "HOOKLINE_MAX_AGE": "604800"})
+    assert settings.retry_policy.max_backoff == 86400
+    assert settings.visibility_timeout == 300

@@ -74,7 +74,7 @@ def test_bad_secrets_are_refused(secret, message):
 def test_invalid_retry_override_is_refused_with_the_setting_named():
     with pytest.raises(EndpointError, match="jitter"):
         EndpointRegistry().add("ep", "http://127.0.0.1:9/", retry_policy={"jitter": 3})
-    with pytest.raises(EndpointError, match="VISIBILITY_TIMEOUT"):
-        EndpointRegistry().add("ep", "http://127.0.0.1:9/", retry_policy={"max_backoff": 10**5})
+    with pytest.raises(EndpointError, match="max_backoff"):
+        EndpointRegistry().add("ep", "http://127.0.0.1:9/", retry_policy={"max_backoff": 10**7})
     with pytest.raises(EndpointError, match="unknown retry setting"):
         EndpointRegistry().add("ep", "http://127.0.0.1:9/", retry_policy={"retries": 3})

@@ -5,7 +5,11 @@ Worker settings (tests/conftest.py): breaker threshold 5, cool-down 1.5 s doubli
 
 from __future__ import annotations
 
+import json
 import re
+import socket
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -15,7 +19,7 @@ from app.deadletter import DeadLetterQueue
 from app.endpoints import EndpointRegistry
 from app.gates import Gate
 from examples.receiver import Reply, always, in_order
-from tests.conftest import wait_until
+from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -37,14 +41,37 @@ def busiest_window(times: list[float], width: float = 1.0) -> int:
     return most
 
 
-def test_three_workers_keep_one_receivers_rate(receiver, start_worker):
+@pytest.fixture
+def receiver_process(tmp_path):
+    """The receiver in a process of its own, so the test's own work (enqueueing hundreds of
+    events) does not delay the requests it timestamps. It records one JSON line per request."""
+    record = tmp_path / "requests.jsonl"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "examples.receiver", "--port", str(port),
+                                "--record", str(record)], cwd=ROOT, stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline()  # listening
+    record.touch()
+
+    def requests() -> list[dict]:
+        return [json.loads(line) for line in record.read_text().splitlines() if line]
+
+    yield f"http://127.0.0.1:{port}", requests
+    process.terminate()
+    process.wait(10)
+
+
+def test_three_workers_keep_one_receivers_rate(receiver_process, start_worker):
     start_worker("rate-2", concurrency=8)
     start_worker("rate-3", concurrency=8)  # with the session worker: three processes
-    endpoint = new_endpoint(receiver, always(Reply(204)), rate="20/s")  # default burst: 2
+    base_url, requests = receiver_process
+    endpoint = EndpointRegistry().add("rate-limited", f"{base_url}/ok", rate="20/s")  # burst 2
     event_ids = [send_webhook(endpoint.id, "order.created", {"n": n}) for n in range(300)]
-    assert receiver.wait_for(lambda got: len(got) >= 300, timeout=40)
-    times = [r.at for r in receiver.requests_to(f"/{endpoint.id}")]
-    assert sorted(r.webhook_id for r in receiver.received) == sorted(event_ids)
+    wait_until(lambda: len(requests()) >= 300, timeout=40)
+    received = requests()
+    times = [r["at"] for r in received]
+    assert sorted(r["webhook_id"] for r in received) == sorted(event_ids)
     assert busiest_window(times) <= 20 + endpoint.effective_burst()
     drain = max(times) - min(times)
     assert drain >= 299 / 20 - 0.1  # could not have gone faster than the budget

@@ -8,10 +8,13 @@
 -- KEYS[6]  hookline:{ep}:rate            rate limiter: tat (GCRA theoretical arrival time) and
 --                                        book (latest slot booked by a deferred event), ms
 -- ARGV[1]  token of this attempt
--- ARGV[2]  lease lifetime, milliseconds
+-- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
+--          the lease adds twice the endpoint's read timeout (or ARGV[6]), as an attempt can
+--          take that long
 -- ARGV[3]  unsettled starts allowed before the event counts as a poison message
 -- ARGV[4]  lifetime of the starts counter, seconds
 -- ARGV[5]  rate slot this event booked when it was deferred (ms of Redis time), or 0
+-- ARGV[6]  default read timeout, milliseconds
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
 -- Returns, first element the verdict:
 --   {'duplicate'}                        already delivered: send nothing
@@ -39,6 +42,8 @@ end
 if config['enabled'] == '0' then
   return {'disabled', config['disabled_reason'] or ''}
 end
+local lease_ms = tonumber(ARGV[2]) + 2 * ((tonumber(config['timeout']) or 0) * 1000 > 0
+  and tonumber(config['timeout']) * 1000 or tonumber(ARGV[6]))
 local holder_ttl = redis.call('PTTL', KEYS[3])
 if holder_ttl > 0 then
   return {'busy', holder_ttl}
@@ -111,13 +116,13 @@ if starts > tonumber(ARGV[3]) then
   return {'poison', starts - 1}
 end
 
-redis.call('SET', KEYS[3], ARGV[1], 'PX', tonumber(ARGV[2]))
+redis.call('SET', KEYS[3], ARGV[1], 'PX', math.ceil(lease_ms))
 if new_tat then
   redis.call('HSET', KEYS[6], 'tat', new_tat)
   redis.call('PEXPIRE', KEYS[6], rate_ttl)
 end
 if probe then
-  redis.call('HSET', KEYS[5], 'state', 'half_open', 'probe_until', now + tonumber(ARGV[2]),
+  redis.call('HSET', KEYS[5], 'state', 'half_open', 'probe_until', now + math.ceil(lease_ms),
              'probe_token', ARGV[1])
 end
 local reply = {'admitted', transition, probe and '1' or '0'}

@@ -1,0 +1,187 @@
+"""``hookline schedule`` and ``hookline releaser``: the durable retry schedule (``app.schedule``).
+
+Retries wait in Redis, scored by their due time, until a releaser moves them onto the retry
+queue. Due times are Redis server time: "due in 12s" is measured against Redis's clock, not
+this machine's.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import signal
+import sys
+import threading
+from dataclasses import asdict
+from types import FrameType
+from typing import Any
+
+import click
+
+from app.celery import RETRY_QUEUE
+from app.cli_output import echo_json, echo_table, format_age, format_time, shorten
+from app.config import settings
+from app.logs import configure_json_logging
+from app.schedule import Releaser, RetrySchedule, ScheduledRetry, ScheduleStats
+
+#: Endpoints listed by name under "scheduled retries" in ``hookline stats``; the rest are summed.
+TOP_ENDPOINTS = 10
+
+
+def redis_now(schedule: RetrySchedule) -> float:
+    """Redis server time, Unix seconds: the clock due times are measured on."""
+    seconds, micros = schedule.redis.time()
+    return int(seconds) + int(micros) / 1e6
+
+
+def describe_due(due: float, now: float) -> str:
+    """``due in 12s`` or ``due 3s ago``."""
+    if due > now:
+        return f"due in {format_age(due - now)}"
+    return f"due {format_age(now - due)} ago"
+
+
+def describe_lag(lag: float) -> str:
+    """``releaser behind by 2.1s`` when the earliest retry is overdue, else ``releaser on
+    time``."""
+    if lag <= 0:
+        return "releaser on time"
+    if lag < 0.1:
+        return f"releaser behind by {lag * 1000:.0f}ms"
+    if lag < 60:
+        return f"releaser behind by {lag:.1f}s"
+    return f"releaser behind by {format_age(lag)}"
+
+
+def schedule_json(found: ScheduleStats) -> dict[str, Any]:
+    """``stats --json``'s "schedule": times in Unix seconds (Redis time), lag in seconds."""
+    return {
+        "total": found.total,
+        "by_endpoint": dict(sorted(found.by_endpoint.items())),
+        "oldest_due": found.oldest_due,
+        "lag": round(found.lag, 3),
+    }
+
+
+def top_endpoints(by_endpoint: dict[str, int], top: int = TOP_ENDPOINTS
+                  ) -> tuple[list[tuple[str, int]], int, int]:
+    """The ``top`` endpoints with the most retries (ties by id), then how many endpoints and
+    retries are left out."""
+    ranked = sorted(by_endpoint.items(), key=lambda item: (-item[1], item[0]))
+    rest = ranked[top:]
+    return ranked[:top], len(rest), sum(count for _, count in rest)
+
+
+def schedule_rows(found: ScheduleStats, schedule: RetrySchedule) -> list[tuple[str, Any]]:
+    """``hookline stats`` lines on the schedule: totals, busiest endpoints, oldest due, lag."""
+    shown, hidden, hidden_count = top_endpoints(found.by_endpoint)
+    rows: list[tuple[str, Any]] = [
+        ("scheduled retries", found.total),
+        *((f"  {endpoint_id}", count) for endpoint_id, count in shown),
+    ]
+    if hidden:
+        rows.append((f"  ({hidden} more endpoint(s))", hidden_count))
+    if found.oldest_due is None:
+        oldest = "none scheduled"
+    elif found.lag > 0:  # measured in the same Redis round trip as oldest_due
+        oldest = describe_due(found.oldest_due, found.oldest_due + found.lag)
+    else:
+        oldest = describe_due(found.oldest_due, redis_now(schedule))
+    rows += [("oldest retry", oldest), ("release", describe_lag(found.lag))]
+    return rows
+
+
+# -- schedule list --------------------------------------------------------------------------
+
+
+def retry_json(retry: ScheduledRetry) -> dict[str, Any]:
+    return asdict(retry)
+
+
+def _due_cell(retry: ScheduledRetry, now: float) -> str | None:
+    # A retry claimed by a releaser that pushes to a separate broker has left the due set.
+    return "being released" if retry.due <= 0 else format_time(retry.due, now=now)
+
+
+@click.group()
+def schedule() -> None:
+    """Inspect the retries waiting in the durable retry schedule."""
+
+
+@schedule.command("list")
+@click.option("--endpoint", "endpoint_id", metavar="ID", help="Only retries of this endpoint.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Show at most N retries, the soonest due first.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (payloads included).")
+def schedule_list(endpoint_id: str | None, limit: int, as_json: bool) -> None:
+    """List scheduled retries, the soonest due first (times are Redis time).
+
+    Reads every scheduled retry (of ENDPOINT with --endpoint) to sort them: slow when
+    hundreds of thousands are scheduled.
+    """
+    retry_schedule = RetrySchedule()
+    retries = heapq.nsmallest(limit + 1, retry_schedule.scheduled(endpoint_id),
+                              key=lambda retry: (retry.due, retry.id))
+    more, retries = len(retries) > limit, retries[:limit]
+    if as_json:
+        echo_json([retry_json(retry) for retry in retries])
+        return
+    if not retries:
+        click.echo("no scheduled retries" + (f" for endpoint {endpoint_id}" if endpoint_id
+                                             else ""))
+        return
+    now = redis_now(retry_schedule)
+    echo_table(
+        ["id", "due", "attempts", "last status", "last error"],
+        [
+            (retry.id, _due_cell(retry, now), retry.attempts, retry.last_status,
+             shorten(retry.last_error) or None)
+            for retry in retries
+        ],
+    )
+    if more:
+        click.echo(f"(showing the {limit} soonest due: raise --limit or give --endpoint)",
+                   err=True)
+
+
+# -- releaser -------------------------------------------------------------------------------
+
+
+def _configure_logging() -> None:
+    """Releaser warnings (Redis unreachable) on stderr, as text or JSON like the workers'."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if settings().log_format == "json":
+        configure_json_logging()
+
+
+@click.command()
+def releaser() -> None:
+    """Release due retries onto the retry queue until SIGINT (Ctrl-C) or SIGTERM.
+
+    Every worker already runs a releaser unless HOOKLINE_RELEASER=off: run this command in
+    that case (in a dedicated container, say), or beside the workers' own. Several
+    releasers are safe together: each release is one atomic Redis script, so a retry is
+    neither released twice nor lost.
+    """
+    _configure_logging()
+    waiting = RetrySchedule().stats().total  # an unreachable Redis fails here, in one line
+    running = Releaser(queue=RETRY_QUEUE)
+    previous: dict[signal.Signals, Any] = {}
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        running.stop()
+        for sig, handler in previous.items():  # a second signal stops the hard way
+            signal.signal(sig, handler)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, stop)
+    click.echo(f"releaser started: releasing due retries onto {RETRY_QUEUE} "
+               f"({waiting} scheduled); stop with Ctrl-C or SIGTERM")
+    try:
+        running.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo("releaser stopped")
