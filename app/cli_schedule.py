@@ -12,6 +12,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from dataclasses import asdict
 from types import FrameType
 from typing import Any
@@ -24,6 +25,8 @@ from app.config import settings
 from app.logs import configure_json_logging
 from app.schedule import Releaser, RetrySchedule, ScheduledRetry, ScheduleStats
 
+#: Seconds ``hookline releaser`` waits, after a signal, for its release loop to finish.
+STOP_TIMEOUT = 5.0
 #: Endpoints listed by name under "scheduled retries" in ``hookline stats``; the rest are summed.
 TOP_ENDPOINTS = 10
 
@@ -155,6 +158,52 @@ def _configure_logging() -> None:
         configure_json_logging()
 
 
+def serve(running: Releaser, started: str) -> None:
+    """Run ``running`` in a thread until SIGINT or SIGTERM stops it (or it fails: then raise
+    its exception); print ``started`` once the signal handlers are in place.
+
+    The release loop runs in its own thread so that the handler, which sets the releaser's
+    stop flag from the main thread, never waits for a lock that thread holds; and so that a
+    loop stuck in a Redis call cannot hold the exit back beyond ``STOP_TIMEOUT``.
+    """
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            running.run()
+        except BaseException as exc:  # re-raised in the main thread below
+            failures.append(exc)
+
+    signalled: list[float] = []
+    previous: dict[signal.Signals, Any] = {}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        signalled.append(time.monotonic())
+        running.stop()
+        for number, handler in previous.items():  # a second signal stops the hard way
+            signal.signal(number, handler)
+
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM):
+            previous[number] = signal.signal(number, on_signal)
+    thread = threading.Thread(target=work, name="hookline-releaser", daemon=True)
+    thread.start()
+    click.echo(started)
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+            if signalled and time.monotonic() - signalled[0] > STOP_TIMEOUT:
+                # Stuck in a Redis call: leaving it is safe, a release is atomic.
+                click.echo(f"warning: the releaser did not stop within {STOP_TIMEOUT:g}s",
+                           err=True)
+                break
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if failures:
+        raise failures[0]
+
+
 @click.command()
 def releaser() -> None:
     """Release due retries onto the retry queue until SIGINT (Ctrl-C) or SIGTERM.
@@ -166,22 +215,7 @@ def releaser() -> None:
     """
     _configure_logging()
     waiting = RetrySchedule().stats().total  # an unreachable Redis fails here, in one line
-    running = Releaser(queue=RETRY_QUEUE)
-    previous: dict[signal.Signals, Any] = {}
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        running.stop()
-        for sig, handler in previous.items():  # a second signal stops the hard way
-            signal.signal(sig, handler)
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, stop)
-    click.echo(f"releaser started: releasing due retries onto {RETRY_QUEUE} "
-               f"({waiting} scheduled); stop with Ctrl-C or SIGTERM")
-    try:
-        running.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    serve(Releaser(queue=RETRY_QUEUE),
+          started=f"releaser started: releasing due retries onto {RETRY_QUEUE} "
+                  f"({waiting} scheduled); stop with Ctrl-C or SIGTERM")
     click.echo("releaser stopped")

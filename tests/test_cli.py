@@ -511,7 +511,7 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
     succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
     succeeds("endpoint", "disable", "crm")
     report = json_out("stats")
-    assert set(report) == {"endpoints", "queues", "dead_letters", "breakers"}
+    assert set(report) == {"endpoints", "queues", "schedule", "dead_letters", "breakers"}
     assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1}
     assert set(report["queues"]) == {"hookline", "hookline.retry"}
     assert all(isinstance(depth, int) for depth in report["queues"].values())
