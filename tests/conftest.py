@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,6 +181,48 @@ def published(redis_client: Any) -> Iterator[Publications]:
     yield publications
     after_task_publish.disconnect(publications.record)
     publications.remove_from_broker(redis_client)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivateRedis:
+    def __init__(self, directory: Path) -> None:
+        self.port = free_port()
+        self.directory = directory
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> redis.Redis:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "yes", "--dir", str(self.directory)],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url, decode_responses=True)
+        wait_until(lambda: _answers(client), timeout=10)
+        return client
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(10)
+
+    def shutdown(self) -> None:
+        redis.Redis(port=self.port).shutdown(nosave=False)
+        assert self.process is not None
+        self.process.wait(10)
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
 
 
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05):

@@ -9,57 +9,17 @@ the spool file. After Redis restarts the spool is restored into the dead-letter 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
-from pathlib import Path
 
 import pytest
-import redis
 from celery import Celery
 
 from app.deadletter import DeadLetterQueue, restore_spool
 from app.endpoints import EndpointRegistry
 from examples.receiver import Reply, always
-from tests.conftest import wait_until
+from tests.conftest import PrivateRedis, wait_until
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="needs redis-server to start a private Redis")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class PrivateRedis:
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.directory = directory
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> redis.Redis:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, decode_responses=True)
-        wait_until(lambda: _answers(client), timeout=10)
-        return client
-
-    def shutdown(self) -> None:
-        redis.Redis(port=self.port).shutdown(nosave=False)
-        assert self.process is not None
-        self.process.wait(10)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 def test_redis_down_at_retry_time_spools_the_dead_letter(tmp_path, receiver, start_worker):
@@ -85,6 +45,4 @@ def test_redis_down_at_retry_time_spools_the_dead_letter(tmp_path, receiver, sta
         assert entry.reason == "retry_failed"
         assert entry.payload == {"n": 1} and entry.event_type == "order.created"
     finally:
-        if server.process and server.process.poll() is None:
-            server.process.terminate()
-            server.process.wait(10)
+        server.stop()

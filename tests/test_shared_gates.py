@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -153,3 +154,27 @@ def test_gone_dead_letters_already_scheduled_retries_without_sending(receiver):
     entry = wait_until(lambda: queue.get(f"{endpoint.id}/{waiting}"), timeout=10)
     assert (entry.reason, entry.attempts) == ("endpoint_gone", 1)
     assert len(receiver.requests_to(f"/{endpoint.id}")) == 2
+
+
+def test_a_failing_endpoints_retries_do_not_delay_a_healthy_endpoints_first_deliveries(
+        receiver):
+    from app.celery import app
+    from app.schedule import RetrySchedule, build_message
+
+    failing = new_endpoint(receiver, always(Reply(503, delay=0.3)))
+    healthy = new_endpoint(receiver, always(Reply(204)))
+    schedule = RetrySchedule()
+    for n in range(500):  # a backlog of retries, all due now
+        event_id = f"backlog-{n}"
+        schedule.park(endpoint_id=failing.id, event_id=event_id, countdown=0, message=build_message(
+            app, task_name="hookline.deliver", task_id=event_id,
+            args=[failing.id, "order.created", {}], kwargs={"event_id": event_id, "attempts": 1},
+            retries=1, queue="hookline.retry"))
+    started = time.monotonic()
+    healthy_ids = [send_webhook(healthy.id, "order.created", {"n": n}) for n in range(30)]
+    gate = Gate()
+    wait_until(lambda: all(gate.is_delivered(healthy.id, e) for e in healthy_ids), timeout=10)
+    elapsed = time.monotonic() - started
+    backlog = [r for r in receiver.received if r.path == f"/{failing.id}"]
+    assert elapsed < 3.0, f"healthy deliveries took {elapsed:.1f}s behind the backlog"
+    assert len(backlog) < 500  # the backlog was still there, not drained first
