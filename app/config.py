@@ -199,7 +199,25 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     return settings
 
 
-@functools.cache
+_configured: Settings | None = None
+
+
 def settings() -> Settings:
-    """The process's settings, loaded on first use."""
+    """The process's settings: those given to :func:`configure`, else the environment's,
+    loaded on first use."""
+    return _configured if _configured is not None else _from_environment()
+
+
+@functools.cache
+def _from_environment() -> Settings:
     return load_settings()
+
+
+def configure(overrides: Mapping[str, str] | None = None) -> Settings:
+    """Set this process's settings from the environment plus ``overrides`` (the same variable
+    names: a Django ``settings.HOOKLINE`` or a Flask app's config), validated. Call it before
+    the first delivery or enqueue; ``configure()`` alone re-reads the environment."""
+    global _configured
+    merged = {**os.environ, **{key: str(value) for key, value in (overrides or {}).items()}}
+    _configured = load_settings(merged)
+    return _configured
