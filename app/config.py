@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from app.policy import PolicyError, RetryPolicy
+from app.ssrf import Network, parse_networks
 
 #: Longest read timeout an endpoint may have, seconds.
 MAX_READ_TIMEOUT = 120.0
@@ -56,6 +57,13 @@ class Settings:
     #: failed probe up to ``breaker_max_cooldown``.
     breaker_cooldown: float = 30.0
     breaker_max_cooldown: float = 600.0
+    #: Networks the SSRF guard lets through although they are private (e.g. 127.0.0.0/8 for
+    #: the demo and tests, or an internal receivers' subnet). Empty: only public addresses.
+    allowed_networks: tuple[Network, ...] = ()
+    #: Refuse http:// endpoints (at registration and at send time).
+    https_only: bool = False
+    #: Seconds an old signing secret stays valid (and signs too) after a rotation.
+    secret_overlap: float = 86400.0
     #: Caps on scheduled retries, in all and per endpoint; past them: dead letter backlog_full.
     schedule_max: int = 1_000_000
     schedule_max_per_endpoint: int = 100_000
@@ -143,6 +151,24 @@ def _retry_policy(env: Mapping[str, str]) -> RetryPolicy:
         raise ConfigError(f"{prefix}: {exc}") from None
 
 
+def _networks(env: Mapping[str, str], name: str) -> tuple[Network, ...]:
+    try:
+        return parse_networks(env.get(name) or "")
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} must be true or false")
+
+
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     value = (env.get(name) or choices[0]).strip().lower()
     if value not in choices:
@@ -176,6 +202,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
         breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1),
         breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1),
+        allowed_networks=_networks(env, "HOOKLINE_ALLOWED_NETWORKS"),
+        https_only=_flag(env, "HOOKLINE_HTTPS_ONLY", False),
+        secret_overlap=_number(env, "HOOKLINE_SECRET_OVERLAP", 86400.0),
         schedule_max=_integer(env, "HOOKLINE_SCHEDULE_MAX", 1_000_000, minimum=1),
         schedule_max_per_endpoint=_integer(env, "HOOKLINE_SCHEDULE_MAX_PER_ENDPOINT", 100_000,
                                            minimum=1),

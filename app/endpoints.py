@@ -22,6 +22,7 @@ from app import store
 from app.config import MAX_READ_TIMEOUT, settings
 from app.policy import PolicyError, RetryPolicy, parse_rate
 from app.schedule import dead_letter_scheduled
+from app.ssrf import Resolver, TargetRefused, pin_address, system_resolve
 
 ENDPOINT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SECRET_PREFIX = "whsec_"
@@ -175,6 +176,25 @@ def validate_url(url: str) -> str:
     return url
 
 
+def check_target(url: str, *, resolve: Resolver = system_resolve) -> str:
+    """Refuse a URL the SSRF guard would refuse at send time: http when HOOKLINE_HTTPS_ONLY
+    is set, a private, loopback, link-local or other non-public address, or a name resolving
+    to one. A name that does not resolve now is accepted: it is checked again at every send."""
+    config = settings()
+    parts = urlsplit(url)
+    if config.https_only and parts.scheme != "https":
+        raise EndpointError(f"url {url!r} is not https, and HOOKLINE_HTTPS_ONLY is set")
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        pin_address(host, port, config.allowed_networks, resolve=resolve)
+    except TargetRefused as refused:
+        raise EndpointError(f"url refused: {refused}") from None
+    except OSError:
+        pass  # DNS may be down now; every send checks again
+    return url
+
+
 def validate_secret(secret: str) -> str:
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
         raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64")
@@ -252,7 +272,7 @@ class EndpointRegistry:
         now = time.time()
         endpoint = Endpoint(
             id=endpoint_id,
-            url=validate_url(url),
+            url=check_target(validate_url(url)),
             secrets=(validate_secret(secret) if secret else generate_secret(),),
             timeout=validate_timeout(timeout),
             retry_policy=validate_policy_override(retry_policy or {}),
@@ -309,7 +329,7 @@ class EndpointRegistry:
         endpoint = self.require(endpoint_id)
         changes: dict[str, Any] = {"updated_at": time.time()}
         if url is not None:
-            changes["url"] = validate_url(url)
+            changes["url"] = check_target(validate_url(url))
         if secret is not None:
             changes["secrets"] = (validate_secret(secret),)
         if timeout is not None:

@@ -9,11 +9,13 @@ the URL, so a token in a query string cannot leak into logs or the dead-letter q
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -22,6 +24,8 @@ from standardwebhooks import Webhook
 from app import __version__
 from app.config import settings
 from app.endpoints import Endpoint
+from app.ssrf import TargetRefused
+from app.transport import PinnedAdapter, attempt_deadline
 
 USER_AGENT = f"hookline/{__version__}"
 _local = threading.local()
@@ -74,6 +78,8 @@ def sign(secrets: tuple[str, ...], event_id: str, sent_at: datetime, body: str) 
 def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[str, str]:
     sent_at = datetime.now(tz=UTC)
     return {
+        # The connection goes to the address the SSRF guard pinned; the name goes here.
+        "Host": urlsplit(endpoint.url).netloc,
         "webhook-id": event.id,
         "webhook-timestamp": str(int(sent_at.timestamp())),
         "webhook-signature": sign(endpoint.secrets, event.id, sent_at, body),
@@ -89,7 +95,7 @@ def session() -> requests.Session:
     if current is None:
         current = requests.Session()
         current.trust_env = False  # no proxy or .netrc credentials picked up from the environment
-        adapter = requests.adapters.HTTPAdapter(pool_connections=32, pool_maxsize=2, max_retries=0)
+        adapter = PinnedAdapter(pool_connections=32, pool_maxsize=2, max_retries=0)
         current.mount("http://", adapter)
         current.mount("https://", adapter)
         _local.session = current
@@ -97,13 +103,27 @@ def session() -> requests.Session:
 
 
 def send(endpoint: Endpoint, event: WebhookEvent) -> AttemptResult:
-    """POST ``event`` to ``endpoint`` once. Never raises for network trouble: it is a result."""
+    """POST ``event`` to ``endpoint`` once. Never raises for network trouble: it is a result.
+
+    The whole attempt (connect, headers, body) gets connect + 2 x read timeout; past that its
+    socket is shut, however slowly the receiver trickles bytes.
+    """
     config = settings()
     body = event.body()
     headers = build_headers(endpoint, event, body)
     read_timeout = endpoint.read_timeout()
     started = time.monotonic()
-    deadline = started + config.connect_timeout + 2 * read_timeout
+    budget = config.connect_timeout + 2 * read_timeout
+    ticket = attempt_deadline.arm(budget)
+    try:
+        return _post(endpoint, body, headers, read_timeout, started, budget)
+    finally:
+        attempt_deadline.disarm(ticket)
+
+
+def _post(endpoint: Endpoint, body: str, headers: dict[str, str], read_timeout: float,
+          started: float, budget: float) -> AttemptResult:
+    config = settings()
     try:
         response = session().post(
             endpoint.url,
@@ -113,17 +133,22 @@ def send(endpoint: Endpoint, event: WebhookEvent) -> AttemptResult:
             allow_redirects=False,
             stream=True,
         )
-    except requests.RequestException as exc:
+    except TargetRefused as refused:
+        return AttemptResult(status=None, latency=time.monotonic() - started,
+                             error=f"refused: {refused}", refused=True)
+    except (requests.RequestException, OSError) as exc:
+        elapsed = time.monotonic() - started
         return AttemptResult(
             status=None,
-            latency=time.monotonic() - started,
-            error=describe_error(exc),
+            latency=elapsed,
+            error=(f"attempt_timeout: no answer within {budget:g}s in all"
+                   if elapsed >= budget else describe_error(exc)),
             refused=isinstance(exc, _UNUSABLE_URL),
         )
     with response:
         try:
-            excerpt = read_capped(response, config.max_response_bytes, deadline)
-        except requests.RequestException as exc:
+            excerpt = read_capped(response, config.max_response_bytes, started + budget)
+        except (requests.RequestException, OSError) as exc:
             # The status line arrived; the body broke off. The status still decides.
             excerpt = f"[body unreadable: {describe_error(exc)}]"
     return AttemptResult(
@@ -169,4 +194,8 @@ def describe_error(exc: BaseException) -> str:
         return f"connection_error ({type(inner).__name__})"
     if isinstance(exc, _UNUSABLE_URL):
         return "invalid_url"
+    if isinstance(exc, OSError) and not isinstance(exc, requests.RequestException):
+        if isinstance(exc, socket.gaierror):
+            return "dns_error"
+        return f"network_error ({type(exc).__name__})"
     return f"request_error ({type(exc).__name__})"

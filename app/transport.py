@@ -1,0 +1,137 @@
+"""HTTP plumbing under :mod:`app.sender`: connect only to the address the SSRF guard checked,
+and end any attempt that outlives its total time budget.
+
+* :class:`PinnedAdapter` resolves the host once per connection pool lookup, checks every
+  address with :func:`app.ssrf.pin_address` and makes urllib3 connect to that address, with TLS
+  SNI and certificate checks still against the host name. No second lookup, no rebinding.
+* :class:`AttemptDeadline` shuts the socket of an attempt that passes its deadline, so a
+  receiver that trickles its headers or body a byte at a time cannot hold a worker thread
+  past connect + 2 x read timeout, however it paces the bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import socket
+import threading
+import time
+from typing import Any
+
+import requests
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from app.config import settings
+from app.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+
+_current = threading.local()
+
+
+class _Tracked:
+    """Remembers, per thread, the connection the current request runs on."""
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        _current.connection = self
+        return super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class TrackedHTTPConnection(_Tracked, HTTPConnection):
+    pass
+
+
+class TrackedHTTPSConnection(_Tracked, HTTPSConnection):
+    pass
+
+
+class TrackedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = TrackedHTTPConnection
+
+
+class TrackedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = TrackedHTTPSConnection
+
+
+class PinnedAdapter(requests.adapters.HTTPAdapter):
+    """An adapter that sends only to addresses the SSRF guard accepted (see module doc)."""
+
+    def __init__(self, *, resolve: Resolver = system_resolve, **kwargs: Any) -> None:
+        self.resolve = resolve
+        super().__init__(**kwargs)
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": TrackedHTTPConnectionPool, "https": TrackedHTTPSConnectionPool,
+        }
+
+    def build_connection_pool_key_attributes(  # type: ignore[override]
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        host_params, base_kwargs = super().build_connection_pool_key_attributes(
+            request, verify, cert)
+        pool_kwargs: dict[str, Any] = dict(base_kwargs)
+        config = settings()
+        scheme, host = host_params["scheme"], host_params["host"]
+        if config.https_only and scheme != "https":
+            raise TargetRefused("HOOKLINE_HTTPS_ONLY is set: only https:// endpoints are served")
+        port = host_params.get("port") or (443 if scheme == "https" else 80)
+        address = pin_address(host, port, config.allowed_networks, resolve=self.resolve)
+        if scheme == "https":
+            pool_kwargs = {**pool_kwargs, "server_hostname": host, "assert_hostname": host}
+        return {**host_params, "host": address}, pool_kwargs
+
+
+class AttemptDeadline:
+    """One thread that shuts down the sockets of attempts past their deadline."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._armed: dict[int, Any] = {}
+        self._ids = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float) -> int:
+        """Watch the calling thread's next request for ``seconds``; returns a ticket."""
+        ticket = next(self._ids)
+        _current.connection = None
+        holder = _current.__dict__  # this thread's slot for its current connection
+        with self._wake:
+            self._armed[ticket] = holder
+            heapq.heappush(self._heap, (time.monotonic() + seconds, ticket, holder))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hookline-deadline",
+                                                daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return ticket
+
+    def disarm(self, ticket: int) -> bool:
+        """Stop watching; returns True if the deadline had already struck."""
+        with self._wake:
+            return self._armed.pop(ticket, None) is None
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap:
+                    self._wake.wait()
+                deadline, ticket, holder = self._heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                if self._armed.pop(ticket, None) is None:
+                    continue  # finished in time
+            connection = holder.get("connection")
+            sock = getattr(connection, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+#: The process's watchdog for attempt deadlines.
+attempt_deadline = AttemptDeadline()
