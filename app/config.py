@@ -51,6 +51,9 @@ class Settings:
     max_unsettled_starts: int = 3
     #: Where dead letters go when Redis itself is unreachable; moved into Redis later.
     dlq_spool_path: str = "hookline-dlq-spool.jsonl"
+    #: Seconds a dead letter is kept; older ones are trimmed (``hookline dlq trim``, and at
+    #: most once a minute when a dead letter is added). 0 keeps them forever. Never by size.
+    dlq_retention: float = 30 * 86400.0
     #: Consecutive retryable failures that open an endpoint's circuit breaker.
     breaker_threshold: int = 5
     #: Seconds an opened breaker waits before one probe may go through; doubled after each
@@ -199,6 +202,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0),
         max_unsettled_starts=_integer(env, "HOOKLINE_MAX_UNSETTLED_STARTS", 3, minimum=1),
         dlq_spool_path=env.get("HOOKLINE_DLQ_SPOOL", "hookline-dlq-spool.jsonl"),
+        dlq_retention=_number(env, "HOOKLINE_DLQ_RETENTION", 30 * 86400.0),
         breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
         breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1),
         breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1),
