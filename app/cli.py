@@ -22,6 +22,7 @@ from app.cli_breaker import breaker, breaker_json, describe, needs_attention, st
 from app.cli_dlq import dlq
 from app.cli_output import echo_fields, echo_json, echo_table, format_time, shorten
 from app.cli_schedule import releaser, schedule, schedule_json, schedule_rows
+from app.cli_secret import rotate_secret
 from app.config import ConfigError, settings
 from app.deadletter import DeadLetterQueue
 from app.endpoints import Endpoint, EndpointError, EndpointRegistry
@@ -365,3 +366,6 @@ def stats(as_json: bool) -> None:
         *((f"  {status.endpoint_id}", describe(status)) for status in troubled),
     ]
     echo_fields(rows)
+
+
+endpoint.add_command(rotate_secret)

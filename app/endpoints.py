@@ -47,7 +47,9 @@ class Endpoint:
 
     :param id: the name tasks use, ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``.
     :param url: where events are POSTed (http or https).
-    :param secrets: signing secrets, newest first; every one signs each request.
+    :param secrets: signing secrets, newest first; each one still valid signs every request
+        (Standard Webhooks allows several signatures), so a receiver can rotate without loss.
+    :param secret_expiry: when an old secret stops signing (Unix seconds), after a rotation.
     :param enabled: False stops all sends (events go to the dead-letter queue).
     :param timeout: read timeout in seconds, or None for ``HOOKLINE_READ_TIMEOUT``.
     :param retry_policy: overrides of the global retry policy's fields.
@@ -61,6 +63,7 @@ class Endpoint:
     id: str
     url: str
     secrets: tuple[str, ...]
+    secret_expiry: Mapping[str, float] = field(default_factory=dict)
     enabled: bool = True
     disabled_reason: str = ""
     timeout: float | None = None
@@ -83,10 +86,15 @@ class Endpoint:
             return 1
         return max(1, math.ceil(0.1 / parse_rate(self.rate)))
 
+    def signing_secrets(self, now: float | None = None) -> tuple[str, ...]:
+        """The secrets that sign a request sent at ``now``: expired ones are left out."""
+        now = time.time() if now is None else now
+        return tuple(s for s in self.secrets if self.secret_expiry.get(s, math.inf) > now)
+
     def to_hash(self) -> dict[str, str]:
         return {
             "url": self.url,
-            "secrets": json.dumps(list(self.secrets)),
+            "secrets": json.dumps([[s, self.secret_expiry.get(s)] for s in self.secrets]),
             "enabled": "1" if self.enabled else "0",
             "disabled_reason": self.disabled_reason,
             "timeout": "" if self.timeout is None else repr(self.timeout),
@@ -103,10 +111,13 @@ class Endpoint:
     @classmethod
     def from_hash(cls, endpoint_id: str, data: Mapping[str, str]) -> Endpoint:
         timeout = data.get("timeout") or ""
+        stored = [item if isinstance(item, list) else [item, None]
+                  for item in json.loads(data.get("secrets") or "[]")]
         return cls(
             id=endpoint_id,
             url=data["url"],
-            secrets=tuple(json.loads(data.get("secrets") or "[]")),
+            secrets=tuple(secret for secret, _ in stored),
+            secret_expiry={secret: float(until) for secret, until in stored if until},
             enabled=data.get("enabled", "1") == "1",
             disabled_reason=data.get("disabled_reason", ""),
             timeout=float(timeout) if timeout else None,
@@ -129,6 +140,7 @@ class Endpoint:
             "rate": self.rate,
             "burst": self.effective_burst() if self.rate else None,
             "secrets": [mask_secret(s) for s in self.secrets],
+            "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -332,6 +344,7 @@ class EndpointRegistry:
             changes["url"] = check_target(validate_url(url))
         if secret is not None:
             changes["secrets"] = (validate_secret(secret),)
+            changes["secret_expiry"] = {}
         if timeout is not None:
             changes["timeout"] = validate_timeout(timeout)
         if rate is not None:
@@ -343,6 +356,25 @@ class EndpointRegistry:
                 {**endpoint.retry_policy, **retry_policy}
             )
         return self._save(replace(endpoint, **changes))
+
+    def rotate_secret(self, endpoint_id: str, *, secret: str | None = None,
+                      overlap: float | None = None) -> tuple[Endpoint, str]:
+        """Add a new signing secret (generated unless given) in front of the others; the old
+        ones keep signing for ``overlap`` seconds (``HOOKLINE_SECRET_OVERLAP``), then drop.
+        Secrets already expired are removed now. Returns the endpoint and the new secret."""
+        endpoint = self.require(endpoint_id)
+        new = validate_secret(secret) if secret else generate_secret()
+        if new in endpoint.secrets:
+            raise EndpointError("that secret is already one of the endpoint's secrets")
+        overlap = settings().secret_overlap if overlap is None else overlap
+        if not 0 <= overlap <= 30 * 86400:
+            raise EndpointError(f"overlap {overlap!r} must be between 0 and 30 days in seconds")
+        now = time.time()
+        kept = endpoint.signing_secrets(now)
+        expiry = {old: min(endpoint.secret_expiry.get(old, math.inf), now + overlap)
+                  for old in kept}
+        rotated = replace(endpoint, secrets=(new, *kept), secret_expiry=expiry, updated_at=now)
+        return self._save(rotated), new
 
     def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:
         """Stop all sends; the endpoint's scheduled retries go to the dead-letter queue now

@@ -82,7 +82,8 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
         "Host": urlsplit(endpoint.url).netloc,
         "webhook-id": event.id,
         "webhook-timestamp": str(int(sent_at.timestamp())),
-        "webhook-signature": sign(endpoint.secrets, event.id, sent_at, body),
+        "webhook-signature": sign(endpoint.signing_secrets(sent_at.timestamp()), event.id,
+                                  sent_at, body),
         "Idempotency-Key": event.id,
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
@@ -116,14 +117,16 @@ def send(endpoint: Endpoint, event: WebhookEvent) -> AttemptResult:
     budget = config.connect_timeout + 2 * read_timeout
     ticket = attempt_deadline.arm(budget)
     try:
-        return _post(endpoint, body, headers, read_timeout, started, budget)
+        return _post(endpoint, body, headers, read_timeout, started, budget, ticket)
     finally:
         attempt_deadline.disarm(ticket)
 
 
 def _post(endpoint: Endpoint, body: str, headers: dict[str, str], read_timeout: float,
-          started: float, budget: float) -> AttemptResult:
+          started: float, budget: float, ticket: int) -> AttemptResult:
     config = settings()
+    timed_out = AttemptResult(status=None, latency=budget,
+                              error=f"attempt_timeout: no complete answer within {budget:g}s")
     try:
         response = session().post(
             endpoint.url,
@@ -137,14 +140,14 @@ def _post(endpoint: Endpoint, body: str, headers: dict[str, str], read_timeout: 
         return AttemptResult(status=None, latency=time.monotonic() - started,
                              error=f"refused: {refused}", refused=True)
     except (requests.RequestException, OSError) as exc:
-        elapsed = time.monotonic() - started
-        return AttemptResult(
-            status=None,
-            latency=elapsed,
-            error=(f"attempt_timeout: no answer within {budget:g}s in all"
-                   if elapsed >= budget else describe_error(exc)),
-            refused=isinstance(exc, _UNUSABLE_URL),
-        )
+        if attempt_deadline.expired(ticket):
+            return timed_out
+        return AttemptResult(status=None, latency=time.monotonic() - started,
+                             error=describe_error(exc), refused=isinstance(exc, _UNUSABLE_URL))
+    if attempt_deadline.expired(ticket):
+        # The deadline cut the headers short: what arrived is no answer.
+        response.close()
+        return timed_out
     with response:
         try:
             excerpt = read_capped(response, config.max_response_bytes, started + budget)

@@ -28,8 +28,10 @@ EXTRA_BLOCKED: tuple[Network, ...] = (
 )
 
 
-class TargetRefused(ValueError):
-    """The URL's host is, or resolves to, an address Hookline does not send to."""
+class TargetRefused(Exception):
+    """The URL's host is, or resolves to, an address Hookline does not send to.
+
+    Not a ValueError: requests would turn that into a generic InvalidURL."""
 
 
 def parse_networks(text: str) -> tuple[Network, ...]:

@@ -108,6 +108,11 @@ class AttemptDeadline:
             self._wake.notify()
         return ticket
 
+    def expired(self, ticket: int) -> bool:
+        """True once the deadline of ``ticket`` struck (the socket was shut)."""
+        with self._wake:
+            return ticket not in self._armed
+
     def disarm(self, ticket: int) -> bool:
         """Stop watching; returns True if the deadline had already struck."""
         with self._wake:

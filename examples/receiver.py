@@ -26,7 +26,8 @@ class Reply:
 
     :param action: ``None`` to answer normally; ``"close"`` drops the connection without an
         answer; ``"endless"`` sends a 200 whose body never ends (until the client gives up);
-        ``"cut"`` sends a status line and half a body, then closes.
+        ``"cut"`` sends a status line and half a body, then closes; ``"trickle"`` sends its
+        headers one byte every 0.2 s, forever.
     """
 
     status: int = 204
@@ -166,6 +167,9 @@ class Receiver:
                 _, reply = receiver._record(self.path, headers, body)
                 if reply.delay:
                     time.sleep(reply.delay)
+                if reply.action == "trickle":
+                    self._trickle()
+                    return
                 if reply.action == "close":
                     self.close_connection = True
                     self.connection.close()
@@ -189,6 +193,17 @@ class Receiver:
                 self.end_headers()
                 if reply.body:
                     self.wfile.write(reply.body)
+
+            def _trickle(self) -> None:
+                """A status line, then one header byte every 0.2 s, never finishing."""
+                try:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                    while True:
+                        self.wfile.write(b"z")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                except OSError:
+                    self.close_connection = True
 
             def _stream_forever(self) -> None:
                 chunk = b"x" * 65536
