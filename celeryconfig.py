@@ -99,3 +99,10 @@ worker_enable_soft_shutdown_on_idle = True
 
 worker_hijack_root_logger = True
 worker_redirect_stdouts = False
+
+# A message that is not a valid task (undecodable, unknown task name, malformed) is kept in the
+# dead-letter queue (reason malformed) before Celery drops it, instead of vanishing; and an item
+# on a queue's list that is not a message at all no longer stops the worker (app/broker.py).
+worker_consumer = "app.consumer:HooklineConsumer"
+if broker_url.startswith(("redis://", "rediss://", "unix://")):
+    broker_transport = "app.broker:Transport"

@@ -370,10 +370,11 @@ class EndpointRegistry:
         if not 0 <= overlap <= 30 * 86400:
             raise EndpointError(f"overlap {overlap!r} must be between 0 and 30 days in seconds")
         now = time.time()
-        kept = endpoint.signing_secrets(now)
         expiry = {old: min(endpoint.secret_expiry.get(old, math.inf), now + overlap)
-                  for old in kept}
-        rotated = replace(endpoint, secrets=(new, *kept), secret_expiry=expiry, updated_at=now)
+                  for old in endpoint.secrets}
+        kept = tuple(old for old in endpoint.secrets if expiry[old] > now)
+        rotated = replace(endpoint, secrets=(new, *kept),
+                          secret_expiry={old: expiry[old] for old in kept}, updated_at=now)
         return self._save(rotated), new
 
     def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:

@@ -158,7 +158,7 @@ def parse_retry_after(value: str | None, *, now: float) -> float | None:
     value = value.strip()
     if not value:
         return None
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = parsedate_to_datetime(value)

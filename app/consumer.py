@@ -1,0 +1,63 @@
+"""The worker's consumer, with one change: a message that is not a valid task never vanishes.
+
+Celery acknowledges and drops a message it cannot decode, and rejects (deletes, on Redis) one
+naming an unknown task or carrying a malformed body. Hookline first keeps such a message in the
+dead-letter queue (reason ``malformed``, the raw body kept as text) so an operator can see what
+was sent, then lets Celery go on as usual. Configured by ``worker_consumer`` in celeryconfig.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from celery.worker.consumer import Consumer
+
+from app.deadletter import DeadLetter, DeadLetterQueue
+from app.logs import log_event
+
+#: Raw body text kept in the dead letter.
+RAW_BODY_LIMIT = 4096
+
+
+def dead_letter_raw(message: Any, problem: str) -> None:
+    """Keep an unusable broker message in the dead-letter queue; never raises."""
+    headers = getattr(message, "headers", None) or {}
+    body = getattr(message, "body", b"")
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    dead_letter_text(text, problem, task_id=headers.get("id"), task_name=headers.get("task"))
+
+
+def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
+                     task_name: Any = None) -> None:
+    """Keep the raw text of an unusable message in the dead-letter queue; never raises."""
+    try:
+        event_id = str(task_id or f"raw-{uuid.uuid4()}")[:200]
+        DeadLetterQueue().add(DeadLetter(
+            endpoint_id="invalid", event_id=event_id, event_type=str(task_name or ""),
+            payload=text[:RAW_BODY_LIMIT], reason="malformed", last_error=problem[:500],
+            detail="a message on the queue that is not a valid Hookline task",
+        ))
+        log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id="invalid",
+                  event_id=event_id, reason="malformed", error=problem[:200])
+    except Exception:  # the consumer must go on whatever happens here
+        logging.getLogger("hookline").exception("could not dead-letter an unusable message")
+
+
+class HooklineConsumer(Consumer):
+    def on_decode_error(self, message: Any, exc: Exception) -> None:
+        dead_letter_raw(message, f"undecodable message: {type(exc).__name__}: {exc}")
+        super().on_decode_error(message, exc)
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        dead_letter_raw(message, "not a task message")
+        super().on_unknown_message(body, message)
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        dead_letter_raw(message, f"unknown task: {exc}")
+        super().on_unknown_task(body, message, exc)
+
+    def on_invalid_task(self, body: Any, message: Any, exc: Exception) -> None:
+        dead_letter_raw(message, f"invalid task message: {exc}")
+        super().on_invalid_task(body, message, exc)
