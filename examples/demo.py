@@ -33,6 +33,11 @@ DEMO_SETTINGS = {
     "HOOKLINE_CONNECT_TIMEOUT": "2",
     "HOOKLINE_READ_TIMEOUT": "1.5",
     "HOOKLINE_ALLOWED_NETWORKS": "127.0.0.0/8",  # the receiver is on loopback
+    # The demo's flaky and slow routes fail every event's first attempts on purpose, which a
+    # real circuit breaker would read as an outage and hold for its cool-down (30 s). Here it
+    # opens only on a long run of failures, and a cool-down is short.
+    "HOOKLINE_BREAKER_THRESHOLD": "100",
+    "HOOKLINE_BREAKER_COOLDOWN": "2",
 }
 os.environ.update(DEMO_SETTINGS)
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -67,7 +72,8 @@ class Demo:
 ENDPOINTS: dict[str, Demo] = {
     "demo-ok": Demo("/ok", "204", 200, "delivered"),
     "demo-flaky": Demo("/flaky", "503, 503, then 204", 30, "delivered"),
-    "demo-throttled": Demo("/throttled", "429 with Retry-After: 1, then 204", 25, "delivered"),
+    "demo-throttled": Demo("/throttled", "first request 429 Retry-After: 1 (blocks all), then 204",
+                           25, "delivered"),
     "demo-slow": Demo("/slow", "200 after 3 s (> 1.5 s read timeout), then fast", 15,
                       "delivered"),
     "demo-gone": Demo("/gone", "410 Gone", 15, "endpoint_gone"),

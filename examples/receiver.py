@@ -223,7 +223,9 @@ class Receiver:
 DEMO_ROUTES: dict[str, Behaviour] = {
     "/ok": always(Reply(204)),
     "/flaky": fail_first(2, Reply(503, body=b"upstream unavailable")),
-    "/throttled": fail_first(1, Reply(429, headers={"Retry-After": "1"})),
+    # Throttling is the receiver's, not one event's: the first request of all is told to wait,
+    # which holds back the whole endpoint for that second.
+    "/throttled": in_order(Reply(429, headers={"Retry-After": "1"})),
     "/slow": fail_first(1, Reply(200, delay=3.0)),
     "/gone": always(Reply(410, body=b"this endpoint no longer exists")),
     "/rejects": always(Reply(400, body=b"bad payload")),
