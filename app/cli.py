@@ -20,6 +20,8 @@ from app import __version__
 from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
 from app.cli_breaker import breaker, breaker_json, describe, needs_attention, statuses
 from app.cli_dlq import dlq
+from app.cli_event import describe_last_error, describe_recent, event
+from app.cli_metrics import metrics_command
 from app.cli_output import echo_fields, echo_json, echo_table, format_time, shorten
 from app.cli_schedule import releaser, schedule, schedule_json, schedule_rows
 from app.cli_secret import rotate_secret
@@ -27,6 +29,8 @@ from app.config import ConfigError, settings
 from app.deadletter import DeadLetterQueue
 from app.endpoints import Endpoint, EndpointError, EndpointRegistry
 from app.enqueue import WebhookInputError, send_webhook
+from app.gates import Gate
+from app.history import AttemptHistory
 from app.policy import PolicyError
 from app.schedule import RetrySchedule
 
@@ -116,6 +120,8 @@ main.add_command(dlq)
 main.add_command(breaker)
 main.add_command(schedule)
 main.add_command(releaser)
+main.add_command(event)
+main.add_command(metrics_command)
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -202,10 +208,13 @@ def endpoint_list(as_json: bool) -> None:
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
 def endpoint_show(endpoint_id: str, as_json: bool) -> None:
-    """Show one endpoint, its effective retry policy included."""
+    """Show one endpoint: its effective retry policy, breaker, recent success rate and last
+    error."""
     item = EndpointRegistry().require(endpoint_id)
+    status = Gate().breaker_status(item.id)
+    recent = AttemptHistory().recent(item.id)
     if as_json:
-        echo_json(item.public())
+        echo_json({**item.public(), "breaker": breaker_json(status), "recent": recent.as_dict()})
         return
     policy = item.policy()
     default_timeout = item.timeout is None
@@ -222,6 +231,10 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("burst", _burst(item)),
         ("created", format_time(item.created_at)),
         ("updated", format_time(item.updated_at)),
+        ("breaker", describe(status)),
+        ("recent attempts", describe_recent(recent)),
+        ("last error", describe_last_error(recent)),
+        ("last success", format_time(recent.last_success_at)),
     ])
 
 

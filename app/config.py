@@ -78,8 +78,15 @@ class Settings:
     releaser: str = "worker"
     #: Longest a releaser sleeps between looks at the schedule, seconds.
     releaser_max_sleep: float = 1.0
+    #: Port of the worker's Prometheus metrics server; 0: no server.
     metrics_port: int = 9808
     log_format: str = "text"
+    #: Seconds an event's attempt history is kept after its latest attempt; 0: none is kept.
+    history_retention: float = 7 * 86400.0
+    #: Most attempts kept per event (the latest ones).
+    history_attempts: int = 50
+    #: Response body bytes kept with each attempt in the history; 0: none.
+    history_body_bytes: int = 256
 
     def lease_seconds(self, read_timeout: float | None = None) -> float:
         """How long an attempt's in-flight lease lives: the longest the attempt can take
@@ -125,6 +132,13 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
     if value < minimum:
         raise ConfigError(f"{name}={raw!r} must be >= {minimum}")
     return value
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    port = _integer(env, name, default)
+    if port > 65535:
+        raise ConfigError(f"{name}={port} must be a TCP port (1-65535), or 0 for none")
+    return port
 
 
 #: Environment variable -> RetryPolicy field.
@@ -215,8 +229,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         retry_queue_limit=_integer(env, "HOOKLINE_RETRY_QUEUE_LIMIT", 1000, minimum=1),
         releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
         releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01),
-        metrics_port=_integer(env, "HOOKLINE_METRICS_PORT", 9808, minimum=0),
+        metrics_port=_port(env, "HOOKLINE_METRICS_PORT", 9808),
         log_format=log_format,
+        history_retention=_number(env, "HOOKLINE_HISTORY_RETENTION", 7 * 86400.0),
+        history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1),
+        history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0),
     )
     if settings.breaker_max_cooldown < settings.breaker_cooldown:
         raise ConfigError(

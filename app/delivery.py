@@ -16,10 +16,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from app import metrics
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
 from app.endpoints import ENDPOINT_ID_PATTERN, Endpoint
 from app.gates import Admission, Gate, Verdict
+from app.history import AttemptRecord, excerpt
 from app.logs import log_event
 from app.policy import Outcome, classify, parse_retry_after, retry_countdown
 from app.schedule import dead_letter_scheduled
@@ -163,6 +165,7 @@ class DeliveryEngine:
             case Verdict.DUPLICATE:
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
+                metrics.count_outcome(request.endpoint_id, "duplicate")
                 return Finished("duplicate")
             case Verdict.MISSING:
                 return self.dead_letter(request, "endpoint_removed")
@@ -189,6 +192,7 @@ class DeliveryEngine:
         log_event("delivery.deferred", endpoint_id=request.endpoint_id,
                   event_id=request.event_id, reason=reason, attempt=request.attempts,
                   countdown=countdown)
+        metrics.count_deferral(request.endpoint_id, reason)
         return Deferred(countdown, reason, request)
 
     def _send(
@@ -208,26 +212,42 @@ class DeliveryEngine:
             retry_after = parse_retry_after(result.retry_after, now=ended)
             if retry_after is not None:
                 retry_after = min(retry_after, settings().retry_after_cap)
-        self._settle(endpoint, request, token, settle_outcome(result, outcome), retry_after)
+        recorded = settle_outcome(result, outcome)
+        record = AttemptRecord(
+            attempt=request.attempts, at=ended, outcome=recorded, status=result.status,
+            latency=result.latency, error=result.error,
+            response=excerpt(result.body_excerpt, settings().history_body_bytes),
+        )
+        self._settle(endpoint, request, token, recorded, retry_after, record)
+        metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if result.refused:
+            self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
+                              reason="refused")
             return self.dead_letter(request, "refused", result=result, at=ended)
         if outcome is Outcome.DELIVERED:
             self._log_attempt("delivery.succeeded", request, result)
+            metrics.count_outcome(endpoint.id, "delivered")
+            metrics.observe_lag(endpoint.id, ended - first_attempt_at)
             return Finished("delivered", status=result.status)
         if outcome is Outcome.GONE:
+            self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
+                              reason="endpoint_gone")
             log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
                       reason="gone", status=410)
             finished = self.dead_letter(request, "endpoint_gone", result=result, at=ended)
             dead_letter_scheduled(endpoint.id, "endpoint_gone")
             return finished
         if outcome is Outcome.REJECTED:
+            self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
+                              reason="rejected")
             return self.dead_letter(request, "rejected", result=result, at=ended)
         return self._schedule_retry(endpoint, request, result, ended, retry_after)
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
-                retry_after: float | None) -> None:
+                retry_after: float | None, record: AttemptRecord) -> None:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
-                                      retry_after=retry_after, reason=GONE_REASON)
+                                      retry_after=retry_after, reason=GONE_REASON,
+                                      record=record)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)
@@ -252,6 +272,8 @@ class DeliveryEngine:
             detail = f"next attempt would be past max_age ({policy.max_age:g}s)"
             return self._give_up(request, result, ended, detail)
         if request.deadline is not None and due >= request.deadline:
+            self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING,
+                              reason="expired")
             return self.dead_letter(request, "expired", result=result, at=ended,
                                     detail="next attempt would be past the deadline")
         self._log_attempt("delivery.retry_scheduled", request, result, countdown=countdown)
@@ -266,7 +288,8 @@ class DeliveryEngine:
     def _give_up(
         self, request: DeliveryRequest, result: AttemptResult, ended: float, detail: str
     ) -> Finished:
-        self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING)
+        self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING,
+                          reason="exhausted")
         return self.dead_letter(request, "exhausted", result=result, at=ended, detail=detail)
 
     def dead_letter(
@@ -298,6 +321,7 @@ class DeliveryEngine:
                   endpoint_id=request.endpoint_id, event_id=request.event_id, reason=reason,
                   attempt=request.attempts, status=result.status if result else None,
                   detail=detail or None)
+        metrics.count_outcome(request.endpoint_id, "dead_lettered", reason)
         return Finished("dead_lettered", reason=reason, status=result.status if result else None)
 
     @staticmethod

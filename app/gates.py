@@ -4,7 +4,8 @@ Admit, in order: an event already delivered is not sent again (the idempotency `
 marker); a removed or disabled endpoint gets nothing; an event another worker is sending waits
 (the in-flight lease); an open circuit breaker, a half-open one whose single probe is out, a
 Retry-After block or a spent rate budget defer the event (not an attempt: it consumes no retry).
-Settle records the outcome: done marker, breaker failure count and state, Retry-After block.
+Settle records the outcome: done marker, breaker failure count and state, Retry-After block,
+and the attempt in the event's history and the endpoint's recent record (``app.history``).
 
 Each is one Redis round trip on Redis server time, and every key it touches carries the
 endpoint's hash tag, so it runs on one Redis Cluster slot. Workers share one view of each
@@ -21,6 +22,14 @@ from typing import Any
 from app import store
 from app.config import settings
 from app.endpoints import Endpoint
+from app.history import (
+    OUTCOME_LETTERS,
+    RECENT_ATTEMPTS,
+    RECENT_TTL,
+    AttemptRecord,
+    history_key,
+    recent_key,
+)
 
 
 class Verdict(enum.StrEnum):
@@ -128,14 +137,17 @@ class Gate:
         *,
         retry_after: float | None = None,
         reason: str = "",
+        record: AttemptRecord | None = None,
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
         ``retry_after`` (seconds, already capped) blocks the whole endpoint until then.
+        ``record`` goes into the event's attempt history and the endpoint's recent record.
         """
         config = settings()
         held, transition = self._settle(
-            keys=_keys(endpoint_id, event_id)[:5],
+            keys=[*_keys(endpoint_id, event_id)[:5], history_key(endpoint_id, event_id),
+                  recent_key(endpoint_id)],
             args=[
                 token,
                 outcome,
@@ -145,6 +157,14 @@ class Gate:
                 config.breaker_threshold,
                 math.ceil(config.breaker_cooldown * 1000),
                 math.ceil(config.breaker_max_cooldown * 1000),
+                record.to_json() if record else "",
+                event_id,
+                OUTCOME_LETTERS.get(outcome, "?"),
+                "" if outcome == "delivered" or record is None else record.summary(),
+                config.history_attempts,
+                math.ceil(config.history_retention),
+                RECENT_ATTEMPTS,
+                RECENT_TTL,
             ],
         )
         return Settlement(held_lease=bool(held), transition=transition)

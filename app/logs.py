@@ -3,6 +3,16 @@
 ``log_event("delivery.succeeded", endpoint_id=..., ...)`` writes ``delivery.succeeded
 endpoint_id=ep_1 ...`` as text, or one JSON object per line with ``HOOKLINE_LOG_FORMAT=json``.
 Callers pass identifiers, statuses and timings only: never a secret, signature or payload.
+Fields with the names in :data:`REDACTED_FIELDS` are replaced, should a caller pass one anyway.
+
+Each HTTP attempt gives exactly one line with ``endpoint_id``, ``event_id``, ``event_type``,
+``attempt``, ``status`` (absent when no response came), ``latency`` and ``error`` (when there
+was one): ``delivery.succeeded``, ``delivery.retry_scheduled``, ``delivery.gave_up`` (retries
+over: ``reason`` exhausted or expired) or ``delivery.rejected`` (the answer ends the event:
+``reason`` rejected, refused or endpoint_gone). State changes have their own lines:
+``delivery.deferred``, ``delivery.duplicate``, ``delivery.dead_lettered``, ``breaker.opened``,
+``breaker.half_open``, ``breaker.closed``, ``endpoint.blocked``, ``endpoint.disabled``,
+``schedule.*`` and ``metrics.*``.
 """
 
 from __future__ import annotations
@@ -14,6 +24,10 @@ from typing import Any
 from app.config import settings
 
 log = logging.getLogger("hookline")
+
+#: Field names whose values never reach a log line.
+REDACTED_FIELDS = frozenset({"secret", "secrets", "signature", "payload", "body", "headers",
+                             "url", "response"})
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,7 +49,8 @@ class JsonFormatter(logging.Formatter):
 
 def log_event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log event ``name`` with ``fields``, text or JSON as configured."""
-    fields = {key: value for key, value in fields.items() if value is not None}
+    fields = {key: "[redacted]" if key in REDACTED_FIELDS else value
+              for key, value in fields.items() if value is not None}
     if settings().log_format == "json":
         log.log(level, name, extra={"hookline": {"event": name, **fields}})
         return

@@ -1,9 +1,14 @@
--- Record the outcome of an admitted attempt: idempotency, breaker and Retry-After in one trip.
+-- Record the outcome of an admitted attempt: idempotency, breaker, Retry-After and the attempt
+-- history in one trip.
 -- KEYS[1]  hookline:{ep}:endpoint
 -- KEYS[2]  hookline:{ep}:done:<event>
 -- KEYS[3]  hookline:{ep}:lease:<event>
 -- KEYS[4]  hookline:{ep}:starts:<event>
 -- KEYS[5]  hookline:{ep}:breaker
+-- KEYS[6]  hookline:{ep}:history:<event>  list of the event's attempt records (JSON)
+-- KEYS[7]  hookline:{ep}:recent           hash: outcomes (one letter per attempt, newest last),
+--                                         last_error, last_error_at, last_error_event,
+--                                         last_success_at (ms of Redis time)
 -- ARGV[1]  token of the attempt
 -- ARGV[2]  outcome: 'delivered', 'rejected' (the receiver answered, no retry), 'failed'
 --          (retryable: counts toward the breaker), 'throttled' (429: retryable, but the
@@ -14,6 +19,14 @@
 -- ARGV[6]  consecutive failures that open the breaker
 -- ARGV[7]  first cool-down, milliseconds
 -- ARGV[8]  longest cool-down, milliseconds
+-- ARGV[9]  this attempt's record (JSON), '' to record nothing in KEYS[6] and KEYS[7]
+-- ARGV[10] event id
+-- ARGV[11] this attempt's letter in the recent outcomes
+-- ARGV[12] the attempt's error as the endpoint's last error ('' when delivered)
+-- ARGV[13] attempt records kept per event (the latest)
+-- ARGV[14] lifetime of the event's history after this attempt, seconds (0: keep none)
+-- ARGV[15] outcomes kept in the recent record
+-- ARGV[16] lifetime of the recent record after this attempt, seconds
 -- Returns  {held, transition}: held is 1 if this attempt still held its lease; transition is
 --          'opened' or 'closed' when this outcome changed the breaker's state, else ''.
 local outcome = ARGV[2]
@@ -60,6 +73,24 @@ end
 local retry_after = tonumber(ARGV[5]) or 0
 if retry_after > 0 and now + retry_after > (tonumber(breaker[5]) or 0) then
   redis.call('HSET', KEYS[5], 'blocked_until', now + retry_after)
+end
+
+if ARGV[9] ~= '' then
+  local retention = tonumber(ARGV[14])
+  if retention > 0 then
+    redis.call('RPUSH', KEYS[6], ARGV[9])
+    redis.call('LTRIM', KEYS[6], -tonumber(ARGV[13]), -1)
+    redis.call('EXPIRE', KEYS[6], retention)
+  end
+  local outcomes = (redis.call('HGET', KEYS[7], 'outcomes') or '') .. ARGV[11]
+  redis.call('HSET', KEYS[7], 'outcomes', string.sub(outcomes, -tonumber(ARGV[15])))
+  if outcome == 'delivered' then
+    redis.call('HSET', KEYS[7], 'last_success_at', now)
+  else
+    redis.call('HSET', KEYS[7], 'last_error', ARGV[12], 'last_error_at', now,
+               'last_error_event', ARGV[10])
+  end
+  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[16]))
 end
 
 redis.call('DEL', KEYS[4])
