@@ -1,5 +1,5 @@
 # One image for every Hookline process in docker-compose.yml: the worker (default command),
-# Flower and the demo receiver.
+# Flower, the Flask example (web) and the demo receiver.
 FROM python:3.11-slim
 
 # HOOKLINE_DLQ_SPOOL: where dead letters are spooled when Redis itself is unreachable (moved into
@@ -24,8 +24,9 @@ COPY pyproject.toml README.md celeryconfig.py ./
 COPY app/ app/
 COPY tasks/ tasks/
 # Installs the packages app, app.lua and tasks, the celeryconfig module, the dependencies and
-# the `hookline` console script. The sources stay in the image, owned by root, read-only.
-RUN pip install --no-cache-dir . && rm -rf build ./*.egg-info
+# the `hookline` console script, plus Flask for the `web` example service. The sources stay in
+# the image, owned by root, read-only.
+RUN pip install --no-cache-dir . "flask>=3.0,<4" && rm -rf build ./*.egg-info
 
 # examples/ is not an installed package: `python -m examples.receiver` imports it from the
 # working directory, which is why it is copied into WORKDIR.

@@ -19,7 +19,7 @@ from app.config import Settings
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-HOOKLINE_SERVICES = ("worker", "flower", "receiver")
+HOOKLINE_SERVICES = ("worker", "flower", "web", "receiver")
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_duration_parser() -> None:
 
 
 def test_services_present_and_no_obsolete_version_key(compose, services) -> None:
-    assert {"redis", "worker", "flower", "receiver"} <= set(services)
+    assert {"redis", "worker", "flower", "web", "receiver"} <= set(services)
     assert "version" not in compose
 
 
@@ -113,7 +113,7 @@ def test_worker_healthcheck_pings_its_own_node(services) -> None:
 
 
 def test_workers_wait_for_a_healthy_redis(services) -> None:
-    for name in ("worker", "flower"):
+    for name in ("worker", "flower", "web"):
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy", name
 
 
@@ -160,6 +160,52 @@ def test_flower_bounded_and_behind_basic_auth(services) -> None:
     auth = environment(flower)["FLOWER_BASIC_AUTH"]
     assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH[:?-].*\}", auth), auth
     assert any(str(port).endswith(":5555") for port in flower["ports"])
+
+
+def test_web_runs_the_flask_example_on_port_8000(services) -> None:
+    web = services["web"]
+    command = argv(web["command"])
+    assert command[:3] == ["flask", "--app", "examples.flask_app.app"]
+    assert command[command.index("--port") + 1] == "8000"
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # reachable through the port
+    assert "127.0.0.1:8000:8000" in [str(port) for port in web["ports"]]
+    env = environment(web)
+    assert env["REDIS_URL"] == "redis://redis:6379/0"  # the workers' Redis
+    assert env["ORDERS_WEBHOOK_ENDPOINT"]
+
+
+def test_web_healthcheck_asks_a_route_the_app_has(services) -> None:
+    from app import config
+    from examples.flask_app.app import create_app
+
+    health = services["web"]["healthcheck"]
+    probe = " ".join(argv(health["test"]))
+    url = re.search(r"http://127\.0\.0\.1:(\d+)(/\S*?)'", probe)
+    assert url, probe
+    assert url.group(1) == "8000"
+    saved = config._configured
+    try:
+        routes = {rule.rule: rule.methods for rule in create_app().url_map.iter_rules()}
+    finally:
+        config._configured = saved  # create_app applied its settings to this process
+    assert "GET" in routes[url.group(2)]
+    assert "POST" in routes["/orders"]
+    assert duration(health["timeout"]) < duration(health["interval"])
+
+
+def test_image_installs_flask_for_web() -> None:
+    install = [line for line in DOCKERFILE.read_text().splitlines()
+               if line.startswith("RUN pip install --no-cache-dir .")]
+    assert install and re.search(r"[\"' ]flask\b", install[0], re.I), install
+
+
+def test_something_releases_scheduled_retries(services) -> None:
+    """Due retries leave the schedule only through a releaser: the workers' own thread
+    (HOOKLINE_RELEASER=worker, the default) or a service running `hookline releaser`."""
+    workers_release = environment(services["worker"]).get("HOOKLINE_RELEASER", "worker") == "worker"
+    releaser_services = [name for name, service in services.items()
+                         if argv(service.get("command", []))[:2] == ["hookline", "releaser"]]
+    assert workers_release or releaser_services
 
 
 def test_one_image_for_every_built_service(services) -> None:

@@ -1,0 +1,178 @@
+"""What the Django and Flask integrations share: Hookline's settings from a framework's config,
+and an event validated where it is produced but enqueued later.
+
+Hookline's settings are per process (``app.config.configure``): the last framework config
+applied wins. Apply it at start-up, before the process first enqueues an event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from redis.connection import parse_url
+
+from app import store
+from app.config import ConfigError, Settings, configure, load_settings
+from app.delivery import MalformedEvent, to_timestamp, validate_event
+from app.endpoints import EndpointRegistry, UnknownEndpoint
+from app.enqueue import WebhookInputError
+from app.logs import log_event
+
+
+class _NamesRead(dict[str, str]):
+    """An empty environment that remembers every variable name asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.names.add(key)
+        return default
+
+
+def _setting_names() -> frozenset[str]:
+    names = _NamesRead()
+    load_settings(names)
+    return frozenset(names.names)
+
+
+#: Every variable ``app.config.load_settings`` reads (``REDIS_URL``, ``CELERY_BROKER_URL``,
+#: ``HOOKLINE_*`` ...): the names a framework's config may set. Derived from the loader itself,
+#: so a new setting is accepted without a change here.
+SETTING_NAMES = _setting_names()
+
+
+def configure_from(config: Mapping[str, Any], *, source: str, strict: bool) -> Settings:
+    """Apply the Hookline settings in ``config`` on top of the environment.
+
+    ``strict``: every key must be a Hookline setting (Django's ``settings.HOOKLINE`` dict).
+    Otherwise (a Flask app's whole config) other keys are ignored, but a ``HOOKLINE_*`` key that
+    is no setting is still an error: a misspelt name must not be silently ignored.
+    Raises :class:`ConfigError` naming ``source`` and the offending key or value.
+    """
+    unknown = sorted(
+        str(key) for key in config
+        if key not in SETTING_NAMES and (strict or str(key).startswith("HOOKLINE_"))
+    )
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown Hookline setting(s) {', '.join(unknown)}; "
+            f"the names are those of the environment variables ({', '.join(sorted(SETTING_NAMES))})"
+        )
+    overrides = {key: _text(value) for key, value in config.items()
+                 if key in SETTING_NAMES and value is not None}
+    try:
+        candidate = load_settings({**os.environ, **overrides})
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    current = store._client  # read only: the client this process made already, if any
+    if current is not None and _target(current[1].connection_pool.connection_kwargs) != _target(
+            parse_url(candidate.redis_url)):
+        raise ConfigError(
+            f"{source}: REDIS_URL is {candidate.redis_url!r}, but this process already uses "
+            "another Redis; configure Hookline before the first enqueue"
+        )
+    _apply_to_celery(candidate, source=source)
+    return configure(overrides)
+
+
+def _text(value: Any) -> str:
+    """A config value as the environment would spell it (a list of networks comma-separated)."""
+    if isinstance(value, list | tuple | set | frozenset):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def _target(connection: Mapping[str, Any]) -> tuple[str, int, int]:
+    """Which server and database a redis-py connection's keyword arguments point at."""
+    where = str(connection.get("path") or connection.get("host") or "localhost")
+    return where, int(connection.get("port") or 6379), int(connection.get("db") or 0)
+
+
+def _apply_to_celery(applied: Settings, *, source: str) -> None:
+    """The broker URL and visibility timeout, which ``celeryconfig`` took from the settings
+    when it was loaded, follow the framework's config too."""
+    from app.celery import app as celery_app
+
+    conf = celery_app.conf
+    options = dict(conf.broker_transport_options or {})
+    if (conf.broker_url == applied.broker_url
+            and options.get("visibility_timeout") == applied.visibility_timeout):
+        return
+    if celery_app._pool is not None and conf.broker_url != applied.broker_url:
+        raise ConfigError(
+            f"{source}: CELERY_BROKER_URL changed after this process connected to the broker; "
+            "configure Hookline before the first enqueue"
+        )
+    options["visibility_timeout"] = applied.visibility_timeout
+    conf.update(broker_url=applied.broker_url, broker_transport_options=options)
+
+
+@dataclass(frozen=True)
+class PreparedEvent:
+    """An event that passed ``send_webhook``'s checks, ready to be enqueued as it is."""
+
+    endpoint_id: str
+    event_type: str
+    payload: Any
+    event_id: str
+    deadline: float | None
+
+
+def prepare_event(
+    endpoint_id: str,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    *,
+    deadline: float | datetime | None = None,
+    registry: EndpointRegistry | None = None,
+) -> PreparedEvent:
+    """The checks of :func:`app.send_webhook`, without enqueueing. Raises
+    :class:`WebhookInputError`. The payload is copied as JSON, so the event enqueued later is
+    the one validated now even if the caller's object changes meanwhile."""
+    from app.config import settings
+
+    event_id = event_id or str(uuid.uuid4())
+    try:
+        validate_event(endpoint_id, event_type, payload, event_id)
+        deadline_ts = to_timestamp(deadline, name="deadline")
+    except MalformedEvent as exc:
+        raise WebhookInputError(str(exc)) from None
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    size, limit = len(text.encode()), settings().max_payload_bytes
+    if size > limit:
+        raise WebhookInputError(
+            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
+        )
+    try:
+        (registry or EndpointRegistry()).require(endpoint_id)
+    except UnknownEndpoint as exc:
+        raise WebhookInputError(str(exc)) from None
+    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts)
+
+
+def enqueue_prepared(event: PreparedEvent) -> None:
+    """Publish a prepared event as :func:`app.send_webhook` does (task id = event id)."""
+    from tasks.webhooks import deliver  # the task module imports app.*; import it late
+
+    try:
+        deliver.apply_async(
+            args=(event.endpoint_id, event.event_type, event.payload),
+            kwargs={"event_id": event.event_id, "deadline": event.deadline},
+            task_id=event.event_id,
+        )
+    except Exception as exc:
+        # After a commit nobody else will notice: say which event was not enqueued.
+        log_event("enqueue.failed", level=logging.ERROR, endpoint_id=event.endpoint_id,
+                  event_id=event.event_id, event_type=event.event_type,
+                  error=type(exc).__name__)
+        raise

@@ -1,0 +1,49 @@
+"""Settings of the example project (``DJANGO_SETTINGS_MODULE=examples.django_project.settings``).
+
+Run it from the repository root:
+
+    .venv/bin/python -m examples.django_project.manage migrate
+    .venv/bin/hookline endpoint add orders --url http://127.0.0.1:8099/ok
+    .venv/bin/python -m examples.django_project.manage runserver 8000
+    curl -X POST localhost:8000/orders -d '{"customer": "ada", "total": "9.99"}'
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# A demo key: this project is an example, never a deployment.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "hookline-example-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "app.contrib.django",  # applies HOOKLINE below at start-up
+    "examples.django_project.orders",
+]
+MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+ROOT_URLCONF = "examples.django_project.urls"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get(
+            "ORDERS_DB_PATH", str(Path(tempfile.gettempdir()) / "hookline-example-orders.sqlite3")
+        ),
+    }
+}
+
+# Hookline's settings, named like its environment variables; any left out come from the
+# environment (REDIS_URL, HOOKLINE_MAX_ATTEMPTS, ...).
+HOOKLINE = {
+    # Orders are small: refuse anything over 64 KiB where it is produced.
+    "HOOKLINE_MAX_PAYLOAD_BYTES": 64 * 1024,
+}
+
+#: The endpoint that receives this shop's order events (`hookline endpoint add orders ...`).
+ORDERS_WEBHOOK_ENDPOINT = os.environ.get("ORDERS_WEBHOOK_ENDPOINT", "orders")

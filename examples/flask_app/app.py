@@ -1,0 +1,78 @@
+"""The Flask example: ``POST /orders`` stores an order and enqueues ``order.created``.
+
+    .venv/bin/hookline endpoint add orders --url http://127.0.0.1:8099/ok
+    .venv/bin/flask --app examples.flask_app.app run --port 8000
+    curl -X POST localhost:8000/orders -H 'Content-Type: application/json' \\
+         -d '{"customer": "ada", "total": "9.99"}'
+
+docker-compose runs it as the ``web`` service. Orders live in memory: the point is the webhook.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from flask import Flask, current_app, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from app import WebhookInputError
+from app.contrib.flask import Hookline
+
+hookline = Hookline()
+
+
+class OrderBook:
+    """Orders in memory, numbered from 1."""
+
+    def __init__(self) -> None:
+        self._numbers = itertools.count(1)
+        self._lock = threading.Lock()
+        self.orders: dict[int, dict[str, str]] = {}
+
+    def add(self, customer: str, total: Decimal) -> int:
+        with self._lock:
+            order_id = next(self._numbers)
+            self.orders[order_id] = {"customer": customer, "total": str(total)}
+        return order_id
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """The application factory (``flask --app examples.flask_app.app`` finds it). Hookline's
+    settings come from ``config`` (``REDIS_URL``, ``HOOKLINE_*``), else from the environment."""
+    app = Flask(__name__)
+    app.config["ORDERS_WEBHOOK_ENDPOINT"] = os.environ.get("ORDERS_WEBHOOK_ENDPOINT", "orders")
+    app.config.update(config or {})
+    hookline.init_app(app)
+    app.extensions["orders"] = OrderBook()
+    app.add_url_rule("/orders", view_func=create_order, methods=["POST"])
+    app.add_url_rule("/health", view_func=health, methods=["GET"])
+    return app
+
+
+def create_order() -> ResponseReturnValue:
+    """Body: ``{"customer": "ada", "total": "9.99"}``; answers 201 with the order and event id."""
+    body = request.get_json(silent=True) or {}
+    try:
+        customer, total = str(body["customer"]), Decimal(str(body["total"]))
+    except (KeyError, TypeError, InvalidOperation):
+        return jsonify(error="send JSON with customer and total"), 400
+    order_id = current_app.extensions["orders"].add(customer, total)
+    try:
+        event_id = current_app.extensions["hookline"].send_webhook(
+            current_app.config["ORDERS_WEBHOOK_ENDPOINT"],
+            "order.created",
+            {"order_id": order_id, "customer": customer, "total": str(total)},
+        )
+    except WebhookInputError as exc:
+        # Not the client's fault: the shop's webhook endpoint is missing or misconfigured.
+        return jsonify(order_id=order_id, error=f"order.created not sent: {exc}"), 500
+    return jsonify(order_id=order_id, event_id=event_id), 201
+
+
+def health() -> ResponseReturnValue:
+    return jsonify(status="ok")
