@@ -67,6 +67,8 @@ class DeliveryRequest:
     first_attempt_at: float | None = None
     #: The rate-limit slot booked when the event was last deferred (ms of Redis time), or 0.
     rate_slot: int = 0
+    #: Unix time the event was published (stamped on every publish), for the delivery lag.
+    enqueued_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ class DeliveryEngine:
         if outcome is Outcome.DELIVERED:
             self._log_attempt("delivery.succeeded", request, result)
             metrics.count_outcome(endpoint.id, "delivered")
-            metrics.observe_lag(endpoint.id, ended - first_attempt_at)
+            metrics.observe_lag(endpoint.id, ended - (request.enqueued_at or first_attempt_at))
             return Finished("delivered", status=result.status)
         if outcome is Outcome.GONE:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from app import store
 from app.config import MAX_READ_TIMEOUT, settings
+from app.history import recent_key
 from app.policy import PolicyError, RetryPolicy, parse_rate
 from app.schedule import dead_letter_scheduled
 from app.ssrf import Resolver, TargetRefused, pin_address, system_resolve
@@ -398,7 +399,7 @@ class EndpointRegistry:
         self.require(endpoint_id)
         pipe = self.redis.pipeline()
         pipe.delete(store.endpoint_key(endpoint_id), store.breaker_key(endpoint_id),
-                    store.rate_key(endpoint_id))
+                    store.rate_key(endpoint_id), recent_key(endpoint_id))
         pipe.srem(store.ENDPOINT_INDEX, endpoint_id)
         pipe.execute()
         dead_letter_scheduled(endpoint_id, "endpoint_removed")

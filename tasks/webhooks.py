@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
 import redis
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
-from celery.signals import task_failure
+from celery.signals import before_task_publish, task_failure
 from kombu.exceptions import KombuError
 
+from app import metrics
 from app.celery import RETRY_QUEUE, app
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
@@ -111,13 +113,14 @@ def deliver(
     attempts: int = 0,
     first_attempt_at: float | None = None,
     rate_slot: int = 0,
+    enqueued_at: float | None = None,
 ) -> dict[str, Any]:
     """Deliver one event to one endpoint (an attempt, a deferral or a scheduled retry).
 
     ``event_id`` defaults to the task id, which Celery keeps across retries; ``deadline``
     (Unix seconds, datetime or ISO 8601) is when the event stops being worth sending.
-    ``attempts``, ``first_attempt_at`` and ``rate_slot`` are Hookline's bookkeeping, set on
-    retries and deferrals.
+    ``attempts``, ``first_attempt_at``, ``rate_slot`` and ``enqueued_at`` are Hookline's
+    bookkeeping, set on publish, retries and deferrals.
     """
     event_id = event_id or self.request.id
     try:
@@ -131,6 +134,7 @@ def deliver(
             attempts=int(attempts),
             first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
             rate_slot=int(rate_slot or 0),
+            enqueued_at=to_timestamp(enqueued_at, name="enqueued_at"),
         )
     except (MalformedEvent, TypeError, ValueError) as exc:
         _dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
@@ -141,6 +145,14 @@ def deliver(
         kwargs = {**self.request.kwargs, "rate_slot": result.request.rate_slot or None}
         raise self.retry(countdown=result.countdown, kwargs=kwargs)
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
+
+
+@before_task_publish.connect(sender="hookline.deliver")
+def _stamp_enqueue_time(body: Any = None, **_: Any) -> None:
+    """Every published delivery carries when it was published (``send_webhook``, ``.delay()``,
+    replays), so the delivery lag metric counts the wait in the queue too."""
+    if isinstance(body, tuple | list) and len(body) >= 2 and isinstance(body[1], dict):
+        body[1].setdefault("enqueued_at", time.time())
 
 
 @task_failure.connect(sender=deliver)
@@ -174,5 +186,6 @@ def _dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | No
         detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
     )
     DeadLetterQueue().add(entry)
+    metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
     log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id=entry.endpoint_id,
               event_id=entry.event_id, reason=reason, error=type(exception).__name__)
