@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +15,60 @@ from app.endpoints import EndpointRegistry, UnknownEndpoint
 
 class WebhookInputError(ValueError):
     """The event cannot be enqueued as given; the message says why."""
+
+
+@dataclass(frozen=True)
+class PreparedEvent:
+    """An event that passed :func:`send_webhook`'s checks, ready to be enqueued as it is."""
+
+    endpoint_id: str
+    event_type: str
+    payload: Any
+    event_id: str
+    deadline: float | None
+
+
+def prepare_event(
+    endpoint_id: str,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    *,
+    deadline: float | datetime | None = None,
+    registry: EndpointRegistry | None = None,
+) -> PreparedEvent:
+    """The checks of :func:`send_webhook`, without enqueueing; raises
+    :class:`WebhookInputError`. The payload is copied as JSON, so an event enqueued later (on
+    a transaction's commit) is the one validated now even if the caller's object changes."""
+    event_id = event_id or str(uuid.uuid4())
+    try:
+        validate_event(endpoint_id, event_type, payload, event_id)
+        deadline_ts = to_timestamp(deadline, name="deadline")
+    except MalformedEvent as exc:
+        raise WebhookInputError(str(exc)) from None
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    size, limit = len(text.encode()), settings().max_payload_bytes
+    if size > limit:
+        raise WebhookInputError(
+            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
+        )
+    try:
+        (registry or EndpointRegistry()).require(endpoint_id)
+    except UnknownEndpoint as exc:
+        raise WebhookInputError(str(exc)) from None
+    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts)
+
+
+def enqueue_prepared(event: PreparedEvent) -> str:
+    """Publish a prepared event; the Celery task id is the event id, so Flower finds it."""
+    from tasks.webhooks import deliver  # the task module imports app.*; import it late
+
+    deliver.apply_async(
+        args=(event.endpoint_id, event.event_type, event.payload),
+        kwargs={"event_id": event.event_id, "deadline": event.deadline},
+        task_id=event.event_id,
+    )
+    return event.event_id
 
 
 def send_webhook(
@@ -30,27 +85,5 @@ def send_webhook(
     Raises :class:`WebhookInputError` (unknown endpoint, non-JSON payload, payload over
     ``HOOKLINE_MAX_PAYLOAD_BYTES``, bad event id or deadline) instead of enqueueing bad input.
     """
-    from tasks.webhooks import deliver  # the task module imports app.*; import it late
-
-    event_id = event_id or str(uuid.uuid4())
-    try:
-        validate_event(endpoint_id, event_type, payload, event_id)
-        deadline_ts = to_timestamp(deadline, name="deadline")
-    except MalformedEvent as exc:
-        raise WebhookInputError(str(exc)) from None
-    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-    limit = settings().max_payload_bytes
-    if size > limit:
-        raise WebhookInputError(
-            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
-        )
-    try:
-        (registry or EndpointRegistry()).require(endpoint_id)
-    except UnknownEndpoint as exc:
-        raise WebhookInputError(str(exc)) from None
-    deliver.apply_async(
-        args=(endpoint_id, event_type, payload),
-        kwargs={"event_id": event_id, "deadline": deadline_ts},
-        task_id=event_id,  # Flower then finds the task by its event id
-    )
-    return event_id
+    return enqueue_prepared(prepare_event(endpoint_id, event_type, payload, event_id,
+                                          deadline=deadline, registry=registry))

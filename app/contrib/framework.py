@@ -7,22 +7,16 @@ applied wins. Apply it at start-up, before the process first enqueues an event.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from redis.connection import parse_url
 
 from app import store
 from app.config import ConfigError, Settings, configure, load_settings
-from app.delivery import MalformedEvent, to_timestamp, validate_event
-from app.endpoints import EndpointRegistry, UnknownEndpoint
-from app.enqueue import WebhookInputError
+from app.enqueue import PreparedEvent, enqueue_prepared
 from app.logs import log_event
 
 
@@ -116,60 +110,11 @@ def _apply_to_celery(applied: Settings, *, source: str) -> None:
     conf.update(broker_url=applied.broker_url, broker_transport_options=options)
 
 
-@dataclass(frozen=True)
-class PreparedEvent:
-    """An event that passed ``send_webhook``'s checks, ready to be enqueued as it is."""
-
-    endpoint_id: str
-    event_type: str
-    payload: Any
-    event_id: str
-    deadline: float | None
-
-
-def prepare_event(
-    endpoint_id: str,
-    event_type: str,
-    payload: Any,
-    event_id: str | None = None,
-    *,
-    deadline: float | datetime | None = None,
-    registry: EndpointRegistry | None = None,
-) -> PreparedEvent:
-    """The checks of :func:`app.send_webhook`, without enqueueing. Raises
-    :class:`WebhookInputError`. The payload is copied as JSON, so the event enqueued later is
-    the one validated now even if the caller's object changes meanwhile."""
-    from app.config import settings
-
-    event_id = event_id or str(uuid.uuid4())
+def enqueue_logged(event: PreparedEvent) -> None:
+    """Publish a prepared event; after a commit nobody else would notice a failure, so it is
+    logged with the event's id before it propagates."""
     try:
-        validate_event(endpoint_id, event_type, payload, event_id)
-        deadline_ts = to_timestamp(deadline, name="deadline")
-    except MalformedEvent as exc:
-        raise WebhookInputError(str(exc)) from None
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    size, limit = len(text.encode()), settings().max_payload_bytes
-    if size > limit:
-        raise WebhookInputError(
-            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
-        )
-    try:
-        (registry or EndpointRegistry()).require(endpoint_id)
-    except UnknownEndpoint as exc:
-        raise WebhookInputError(str(exc)) from None
-    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts)
-
-
-def enqueue_prepared(event: PreparedEvent) -> None:
-    """Publish a prepared event as :func:`app.send_webhook` does (task id = event id)."""
-    from tasks.webhooks import deliver  # the task module imports app.*; import it late
-
-    try:
-        deliver.apply_async(
-            args=(event.endpoint_id, event.event_type, event.payload),
-            kwargs={"event_id": event.event_id, "deadline": event.deadline},
-            task_id=event.event_id,
-        )
+        enqueue_prepared(event)
     except Exception as exc:
         # After a commit nobody else will notice: say which event was not enqueued.
         log_event("enqueue.failed", level=logging.ERROR, endpoint_id=event.endpoint_id,

@@ -25,7 +25,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from app.config import ConfigError, Settings
-from app.contrib.framework import configure_from, enqueue_prepared, prepare_event
+from app.contrib.framework import configure_from, enqueue_logged
+from app.enqueue import prepare_event
 
 __all__ = ["configure_from_django", "send_webhook_on_commit"]
 
@@ -64,5 +65,5 @@ def send_webhook_on_commit(
     committed, the event is not queued) and an ``enqueue.failed`` line names the event.
     """
     event = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline)
-    transaction.on_commit(partial(enqueue_prepared, event), using=using)
+    transaction.on_commit(partial(enqueue_logged, event), using=using)
     return event.event_id
