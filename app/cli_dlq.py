@@ -1,8 +1,9 @@
 """``hookline dlq``: inspect, replay and purge dead letters (``app.deadletter``).
 
 Replay and purge act on a selection (entry ids, ``--endpoint``, ``--reason``, ``--since``,
-``--until``) and refuse to run with none unless ``--all`` says so; ``--dry-run`` shows what a
-selection holds without touching it.
+``--until``, ``--min-attempts``, ``--max-attempts``) and refuse to run with none unless ``--all``
+says so; ``--dry-run`` shows what a selection holds without touching it. A large replay is
+spread in time through the retry schedule (``--rate``); ``trim`` applies the retention.
 """
 
 from __future__ import annotations
@@ -18,10 +19,21 @@ from typing import Any
 
 import click
 
-from app.cli_output import echo_fields, echo_json, echo_table, format_time, shorten
+from app.cli_output import echo_fields, echo_json, echo_table, format_age, format_time, shorten
 from app.config import settings
-from app.deadletter import REASONS, DeadLetter, DeadLetterFilter, DeadLetterQueue, restore_spool
+from app.deadletter import (
+    DEFAULT_REPLAY_RATE,
+    REASONS,
+    THROTTLE_ABOVE,
+    DeadLetter,
+    DeadLetterFilter,
+    DeadLetterQueue,
+    replay_interval,
+    replay_spread,
+    restore_spool,
+)
 from app.endpoints import EndpointRegistry
+from app.policy import PolicyError, parse_rate
 
 TIME_HELP = "Unix seconds, ISO 8601, or an age such as 15m, 2h, 1d (meaning that long ago)"
 #: Seconds per unit of a relative age.
@@ -51,6 +63,49 @@ def parse_time(text: str, *, now: float | None = None) -> float:
         raise ValueError(f"{text!r} is not a time: use {TIME_HELP}") from None
 
 
+def parse_age(text: str) -> float:
+    """Seconds from ``30d``, ``12h``, ``90m`` or plain seconds."""
+    text = text.strip()
+    age = AGE_PATTERN.match(text)
+    if age:
+        return float(age[1]) * AGE_UNITS[age[2]]
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{text!r} is not an age: use seconds or e.g. 90m, 12h, 30d")
+    return seconds
+
+
+class AgeParam(click.ParamType):
+    name = "AGE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_age(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class RateParam(click.ParamType):
+    """``N/s``, ``N/m`` or ``N/h``, as an endpoint's ``--rate``."""
+
+    name = "N/s|N/m|N/h"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> str:
+        text = str(value).strip()
+        try:
+            parse_rate(text)
+        except PolicyError as exc:
+            self.fail(str(exc), param, ctx)
+        return text
+
+
 class TimeParam(click.ParamType):
     name = "TIME"
 
@@ -74,6 +129,10 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--since", type=TimeParam(),
                      help=f"Dead-lettered at or after TIME: {TIME_HELP}."),
         click.option("--until", type=TimeParam(), help="Dead-lettered at or before TIME."),
+        click.option("--min-attempts", type=click.IntRange(min=0), metavar="N",
+                     help="Only dead letters with at least N attempts."),
+        click.option("--max-attempts", type=click.IntRange(min=0), metavar="N",
+                     help="Only dead letters with at most N attempts."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -82,11 +141,15 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def build_filter(ids: Iterable[str] = (), *, endpoint_id: str | None = None,
                  reason: str | None = None, since: float | None = None,
-                 until: float | None = None) -> DeadLetterFilter:
+                 until: float | None = None, min_attempts: int | None = None,
+                 max_attempts: int | None = None) -> DeadLetterFilter:
     if since is not None and until is not None and since > until:
         raise click.UsageError("--since is later than --until: the range is empty")
+    if min_attempts is not None and max_attempts is not None and min_attempts > max_attempts:
+        raise click.UsageError("--min-attempts is above --max-attempts: the range is empty")
     return DeadLetterFilter(endpoint_id=endpoint_id, reason=reason, since=since, until=until,
-                            ids=tuple(ids))
+                            ids=tuple(ids), min_attempts=min_attempts,
+                            max_attempts=max_attempts)
 
 
 def _narrowed(filters: dict[str, Any]) -> bool:
@@ -101,7 +164,7 @@ def action_filter(ids: tuple[str, ...], select_all: bool, **filters: Any) -> Dea
     if not select_all and not narrowed:
         raise click.UsageError(
             "refusing to act on every dead letter: give entry ids, a filter (--endpoint, "
-            "--reason, --since, --until) or --all"
+            "--reason, --since, --until, --min-attempts, --max-attempts) or --all"
         )
     return build_filter(ids, **filters)
 
@@ -209,22 +272,54 @@ def _warn_undeliverable(entries: list[DeadLetter]) -> None:
                        "be dead-lettered again", err=True)
 
 
+def _describe_pace(interval: float | None, spread: float) -> str:
+    if interval is None:
+        return "straight onto the delivery queue"
+    per_second = 1 / interval
+    pace = f"{per_second:g}/s" if per_second >= 1 else f"one every {interval:g}s"
+    if spread <= 0:
+        last = "all at once"
+    elif spread < 60:
+        last = f"the last in {round(spread, 1):g}s"
+    else:
+        last = f"the last in about {format_age(spread)}"
+    return f"through the retry schedule, {pace} per endpoint ({last})"
+
+
 @dlq.command("replay")
 @_action_options
-def dlq_replay(ids: tuple[str, ...], select_all: bool, dry_run: bool, **filters: Any) -> None:
-    """Enqueue dead letters again (same event ids), then remove them from the queue.
+@click.option("--rate", type=RateParam(),
+              help=f"Spread the replayed events: at most this many per endpoint (e.g. 10/s, "
+                   f"600/m). Default: {DEFAULT_REPLAY_RATE} when more than {THROTTLE_ABOVE} "
+                   f"dead letters are selected, else straight onto the queue.")
+def dlq_replay(ids: tuple[str, ...], select_all: bool, dry_run: bool, rate: str | None,
+               **filters: Any) -> None:
+    """Send dead letters again (same event ids), then remove them from the queue.
 
-    Give entry ids (ENDPOINT/EVENT_ID, or just EVENT_ID), filters, or --all.
+    Give entry ids (ENDPOINT/EVENT_ID, or just EVENT_ID), filters, or --all. Replayed events
+    pass the endpoint's gates (breaker, rate limit, Retry-After) like any delivery; a large
+    replay is also spread in time through the retry schedule (--rate), so that a receiver
+    that has just recovered is not flooded.
     """
-    selection = action_filter(ids, select_all, **filters)
-    entries = DeadLetterQueue().replay(selection, dry_run=dry_run)
+    queue = DeadLetterQueue()
+    entries = queue.find(action_filter(ids, select_all, **filters))
+    interval = replay_interval(len(entries), rate)
     _echo_missing(ids, entries)
     if entries:
         _warn_undeliverable(entries)
     if dry_run:
-        _echo_selection("replay", entries)
-    else:
-        click.echo(f"replayed {len(entries)} dead letter(s)")
+        click.echo(f"would replay {len(entries)} dead letter(s) "
+                   f"{_describe_pace(interval, replay_spread(entries, interval))}")
+        for entry in entries:
+            click.echo(entry.id)
+        return
+    outcome = queue.replay_entries(entries, interval=interval)
+    click.echo(f"replayed {len(outcome.replayed)} dead letter(s) "
+               f"{_describe_pace(interval, outcome.spread)}")
+    if outcome.kept:
+        click.echo(f"warning: {len(outcome.kept)} dead letter(s) not replayed: the retry "
+                   "schedule is at its cap (HOOKLINE_SCHEDULE_MAX, "
+                   "HOOKLINE_SCHEDULE_MAX_PER_ENDPOINT); they stay in the queue", err=True)
 
 
 @dlq.command("purge")
@@ -234,7 +329,7 @@ def dlq_purge(ids: tuple[str, ...], select_all: bool, dry_run: bool, yes: bool,
               **filters: Any) -> None:
     """Delete dead letters for good. Give entry ids, filters, or --all."""
     queue = DeadLetterQueue()
-    entries = queue.purge(action_filter(ids, select_all, **filters), dry_run=True)
+    entries = queue.find(action_filter(ids, select_all, **filters))
     _echo_missing(ids, entries)
     if dry_run:
         _echo_selection("purge", entries)
@@ -244,11 +339,50 @@ def dlq_purge(ids: tuple[str, ...], select_all: bool, dry_run: bool, yes: bool,
         return
     if not yes:
         click.confirm(f"Delete {len(entries)} dead letter(s) for good?", abort=True)
-    # Exactly the entries counted (and confirmed): not ones dead-lettered since.
-    entry_ids = [entry.id for entry in entries]
-    removed = sum(queue.remove(entry_ids[start : start + PURGE_BATCH])
-                  for start in range(0, len(entry_ids), PURGE_BATCH))
+    # Exactly the entries counted (and confirmed): not ones dead-lettered since, nor events
+    # dead-lettered again meanwhile (their entries are new).
+    removed = sum(
+        queue.remove_unchanged({entry.id: entry.dead_lettered_at
+                                for entry in entries[start : start + PURGE_BATCH]})
+        for start in range(0, len(entries), PURGE_BATCH)
+    )
     click.echo(f"purged {removed} dead letter(s)")
+
+
+@dlq.command("trim")
+@click.option("--older-than", type=AgeParam(),
+              help="Trim dead letters older than AGE (seconds, or e.g. 12h, 7d) instead of "
+                   "HOOKLINE_DLQ_RETENTION.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be trimmed.")
+@click.option("--yes", "-y", is_flag=True,
+              help="Do not ask for confirmation (asked only when --older-than is shorter "
+                   "than the retention).")
+def dlq_trim(older_than: float | None, dry_run: bool, yes: bool) -> None:
+    """Delete dead letters older than the retention (HOOKLINE_DLQ_RETENTION, default 30 days).
+
+    Workers do the same at most once a minute as they add dead letters; this command is for
+    a retention just lowered, or a queue no worker writes to. Dead letters are never trimmed
+    by size.
+    """
+    retention = settings().dlq_retention
+    if older_than is None:
+        if retention <= 0:
+            raise click.UsageError("HOOKLINE_DLQ_RETENTION=0 keeps dead letters forever: "
+                                   "give --older-than AGE to trim anyway")
+        older_than = retention
+    queue = DeadLetterQueue()
+    before = time.time() - older_than
+    count = queue.count_before(before)
+    described = (f"older than {format_age(older_than)} (dead-lettered before "
+                 f"{format_time(before)})")
+    if dry_run or not count:
+        click.echo(f"{'would trim' if dry_run else 'nothing to trim:'} {count} dead letter(s) "
+                   f"{described}")
+        return
+    shorter = retention <= 0 or older_than < retention
+    if shorter and not yes:
+        click.confirm(f"Delete {count} dead letter(s) {described} for good?", abort=True)
+    click.echo(f"trimmed {queue.trim(before)} dead letter(s) {described}")
 
 
 @dlq.command("restore-spool")

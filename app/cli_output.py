@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,12 +37,38 @@ def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
                              zip(row, widths, strict=True)).rstrip())
 
 
-def echo_fields(fields: Iterable[tuple[str, Any]]) -> None:
-    """``name: value`` lines with the values aligned."""
+def field_lines(fields: Iterable[tuple[str, Any]]) -> list[str]:
+    """``name: value`` lines with the values aligned; ``None`` prints as ``-``."""
     pairs = [(name, "-" if value is None else str(value)) for name, value in fields]
-    width = max(len(name) for name, _ in pairs) + 1
-    for name, value in pairs:
-        click.echo(f"{name + ':':<{width}} {value}")
+    width = max((len(name) for name, _ in pairs), default=0) + 1
+    return [f"{name + ':':<{width}} {value}" for name, value in pairs]
+
+
+def echo_fields(fields: Iterable[tuple[str, Any]]) -> None:
+    for line in field_lines(fields):
+        click.echo(line)
+
+
+def watch_frames(render: Callable[[], str], *, interval: float, iterations: int | None = None,
+          redraw: bool = True) -> None:
+    """Print ``render()`` every ``interval`` seconds until Ctrl-C, or ``iterations`` times.
+
+    With ``redraw`` each frame replaces the last on a terminal (cleared, then drawn at once,
+    so it does not flicker); piped, frames simply follow each other.
+    """
+    shown = 0
+    try:
+        while True:
+            frame = render()
+            if redraw:
+                click.clear()  # nothing when stdout is not a terminal
+            click.echo(frame)
+            shown += 1
+            if iterations is not None and shown >= iterations:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 def format_age(seconds: float) -> str:

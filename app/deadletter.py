@@ -2,8 +2,13 @@
 inspect and replay.
 
 ``hookline:dlq`` is a hash of entry id -> JSON; ``hookline:dlq:by_time`` orders the ids by when
-they were dead-lettered. An entry id is ``<endpoint id>/<event id>``: the same event sent to two
-endpoints has two entries, and dead-lettering an event again replaces its entry.
+they were dead-lettered, and ``hookline:dlq:by_reason:<reason>`` does the same per reason (so
+counting by reason reads no entry). An entry id is ``<endpoint id>/<event id>``: the same event
+sent to two endpoints has two entries, and dead-lettering an event again replaces its entry.
+
+Entries older than ``HOOKLINE_DLQ_RETENTION`` are trimmed: by ``hookline dlq trim`` and, at most
+once a minute per process, when an entry is added. Never by size: a full dead-letter queue is an
+incident to see, not data to drop.
 
 When Redis itself is the failure, an entry is appended to a local spool file and moved into
 Redis by the next successful write (or ``hookline dlq restore-spool``): never dropped.
@@ -16,7 +21,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,11 +30,15 @@ import redis
 
 from app import store
 from app.config import settings
+from app.logs import log_event
+from app.policy import parse_rate
+from app.schedule import RetrySchedule, ScheduleFull, build_message
 
 log = logging.getLogger("hookline.deadletter")
 
 DLQ_KEY = "hookline:dlq"
 DLQ_INDEX_KEY = "hookline:dlq:by_time"
+DLQ_REASON_KEY = "hookline:dlq:by_reason:{}"
 
 #: Why an event was dead-lettered.
 REASONS = {
@@ -45,6 +55,21 @@ REASONS = {
     "backlog_full": "the retry schedule is at its cap (in all or for the endpoint)",
     "error": "an unexpected error in Hookline",
 }
+
+#: A replay of more entries than this is throttled even without an explicit rate.
+THROTTLE_ABOVE = 100
+#: The rate (per endpoint) of a throttled replay when none is given.
+DEFAULT_REPLAY_RATE = "10/s"
+#: Entries enqueued or parked before they are removed from the queue together.
+REPLAY_BATCH = 500
+#: Entries removed per transaction when trimming.
+TRIM_BATCH = 500
+#: Seconds between two automatic trims in one process.
+TRIM_INTERVAL = 60.0
+#: Most entries one automatic trim removes; the rest go a minute later.
+AUTO_TRIM_LIMIT = 10_000
+#: Times a removal is tried again when another client wrote to the queue meanwhile.
+REMOVE_ATTEMPTS = 20
 
 _spool_lock = threading.Lock()
 
@@ -82,24 +107,92 @@ class DeadLetter:
 
 @dataclass(frozen=True)
 class DeadLetterFilter:
-    """Which entries an operation applies to; every field is optional."""
+    """Which entries an operation applies to; every field is optional, bounds inclusive."""
 
     endpoint_id: str | None = None
     reason: str | None = None
     since: float | None = None
     until: float | None = None
     ids: tuple[str, ...] = ()
+    min_attempts: int | None = None
+    max_attempts: int | None = None
 
     def matches(self, entry: DeadLetter) -> bool:
         return (
             (self.endpoint_id is None or entry.endpoint_id == self.endpoint_id)
             and (self.reason is None or entry.reason == self.reason)
             and (not self.ids or entry.id in self.ids or entry.event_id in self.ids)
+            and (self.min_attempts is None or entry.attempts >= self.min_attempts)
+            and (self.max_attempts is None or entry.attempts <= self.max_attempts)
         )
 
 
+@dataclass(frozen=True)
+class DeadLetterStats:
+    total: int
+    by_reason: dict[str, int]
+    #: Unix seconds the oldest entry was dead-lettered, or None.
+    oldest: float | None
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What a replay did. ``interval`` is None when the events went straight onto the queue,
+    else the seconds between two replayed events of one endpoint."""
+
+    replayed: list[DeadLetter]
+    #: Left in the queue because the retry schedule is at a cap.
+    kept: list[DeadLetter]
+    interval: float | None
+    #: Seconds from now until the last replayed event is due.
+    spread: float
+
+
+def replay_interval(count: int, rate: str | None) -> float | None:
+    """Seconds between two replayed events of one endpoint: from ``rate`` (``N/s``, ``N/m``,
+    ``N/h``) when given, else ``DEFAULT_REPLAY_RATE`` above ``THROTTLE_ABOVE`` entries, else
+    None (straight onto the queue)."""
+    if rate is None:
+        return parse_rate(DEFAULT_REPLAY_RATE) if count > THROTTLE_ABOVE else None
+    return parse_rate(rate)
+
+
+def replay_spread(entries: Iterable[DeadLetter], interval: float | None) -> float:
+    """Seconds from the start of a replay until its last event is due."""
+    if interval is None:
+        return 0.0
+    per_endpoint: dict[str, int] = {}
+    for entry in entries:
+        per_endpoint[entry.endpoint_id] = per_endpoint.get(entry.endpoint_id, 0) + 1
+    return (max(per_endpoint.values(), default=1) - 1) * interval
+
+
+class _OncePer:
+    """``due()`` is true at most once per ``seconds`` in this process (thread-safe)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                return False
+            self._next = now + self.seconds
+            return True
+
+    def reset(self) -> None:
+        with self._lock:
+            self._next = 0.0
+
+
+_auto_trim = _OncePer(TRIM_INTERVAL)
+
+
 class DeadLetterQueue:
-    """Store, list, replay and purge dead letters."""
+    """Store, list, count, replay, purge and trim dead letters."""
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
@@ -114,12 +207,17 @@ class DeadLetterQueue:
             spool(entry, cause=exc)
             return
         restore_spool(self)
+        if _auto_trim.due():
+            self._trim_expired()
 
     def _write(self, entries: Iterable[DeadLetter]) -> None:
         pipe = self.redis.pipeline(transaction=True)
         for entry in entries:
             pipe.hset(DLQ_KEY, entry.id, entry.to_json())
             pipe.zadd(DLQ_INDEX_KEY, {entry.id: entry.dead_lettered_at})
+            for reason in REASONS.keys() - {entry.reason}:  # an entry replaced, reason changed
+                pipe.zrem(DLQ_REASON_KEY.format(reason), entry.id)
+            pipe.zadd(DLQ_REASON_KEY.format(entry.reason), {entry.id: entry.dead_lettered_at})
         pipe.execute()
 
     def get(self, entry_id: str) -> DeadLetter | None:
@@ -154,46 +252,191 @@ class DeadLetterQueue:
     def count(self) -> int:
         return int(self.redis.zcard(DLQ_INDEX_KEY))
 
+    def stats(self) -> DeadLetterStats:
+        """Total, count per reason and the oldest entry's time, without reading any entry."""
+        pipe = self.redis.pipeline(transaction=True)  # one consistent view of the indexes
+        pipe.zcard(DLQ_INDEX_KEY)
+        pipe.zrange(DLQ_INDEX_KEY, 0, 0, withscores=True)
+        for reason in REASONS:
+            pipe.zcard(DLQ_REASON_KEY.format(reason))
+        total, head, *counts = pipe.execute()
+        by_reason = {reason: int(n) for reason, n in zip(REASONS, counts, strict=True) if n}
+        if sum(by_reason.values()) != total:  # entries written before the reason index
+            by_reason = self._index_reasons()
+        return DeadLetterStats(total=int(total), by_reason=by_reason,
+                               oldest=float(head[0][1]) if head else None)
+
     def counts_by_reason(self) -> dict[str, int]:
+        return self.stats().by_reason
+
+    def _index_reasons(self) -> dict[str, int]:
+        """Rebuild the per-reason indexes from the entries (once, after an upgrade from a
+        version without them); returns the counts found."""
         counts: dict[str, int] = {}
-        for entry in self._scan(DeadLetterFilter()):
+        self.redis.delete(*(DLQ_REASON_KEY.format(reason) for reason in REASONS))
+        pipe = self.redis.pipeline(transaction=False)
+        for n, entry in enumerate(self._scan(DeadLetterFilter()), start=1):
             counts[entry.reason] = counts.get(entry.reason, 0) + 1
+            pipe.zadd(DLQ_REASON_KEY.format(entry.reason), {entry.id: entry.dead_lettered_at})
+            if n % TRIM_BATCH == 0:
+                pipe.execute()
+        pipe.execute()
         return counts
 
+    def _queue_removal(self, pipe: Any, ids: list[str]) -> None:
+        pipe.hdel(DLQ_KEY, *ids)
+        pipe.zrem(DLQ_INDEX_KEY, *ids)
+        for reason in REASONS:
+            pipe.zrem(DLQ_REASON_KEY.format(reason), *ids)
+
     def remove(self, entry_ids: Iterable[str]) -> int:
+        """Remove entries whatever they hold now."""
         ids = list(entry_ids)
         if not ids:
             return 0
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(DLQ_KEY, *ids)
-        pipe.zrem(DLQ_INDEX_KEY, *ids)
-        removed, _ = pipe.execute()
-        return int(removed)
+        self._queue_removal(pipe, ids)
+        return int(pipe.execute()[0])
 
-    def replay(self, selection: DeadLetterFilter, *, dry_run: bool = False) -> list[DeadLetter]:
-        """Enqueue matching entries again with their event ids, then remove them.
+    def remove_unchanged(self, dead_lettered_at: Mapping[str, float]) -> int:
+        """Remove each entry id whose entry is still the one dead-lettered at the given time.
 
-        Enqueue comes first: a crash between the two leaves the entry in the queue *and* the
-        event enqueued, and the idempotency gate stops a second send; nothing is lost.
+        An event dead-lettered again since it was read (a replay that failed at once, say) has
+        a new entry: that one stays. Returns how many were removed.
         """
-        from tasks.webhooks import deliver  # the task module imports this one
+        ids = list(dead_lettered_at)
+        for _ in range(REMOVE_ATTEMPTS if ids else 0):
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(DLQ_INDEX_KEY)
+                    scores = pipe.zmscore(DLQ_INDEX_KEY, ids)
+                    same = [entry_id for entry_id, score in zip(ids, scores, strict=True)
+                            if score is not None and score == dead_lettered_at[entry_id]]
+                    if not same:
+                        return 0
+                    pipe.multi()
+                    self._queue_removal(pipe, same)
+                    pipe.execute()
+                    return len(same)
+                except redis.WatchError:  # the queue changed between the read and the write
+                    continue
+        if ids:
+            log_event("deadletter.remove_contended", level=logging.WARNING, count=len(ids))
+        return 0
 
+    def replay(self, selection: DeadLetterFilter, *, dry_run: bool = False,
+               rate: str | None = None) -> list[DeadLetter]:
+        """Replay the matching entries (see :meth:`replay_entries`); returns those replayed
+        (with ``dry_run``: those that would be, nothing touched)."""
         entries = self.find(selection)
         if dry_run:
             return entries
-        for entry in entries:
-            deliver.apply_async(
-                args=(entry.endpoint_id, entry.event_type, entry.payload),
-                kwargs={"event_id": entry.event_id},
-            )
-            self.remove([entry.id])
-        return entries
+        return self.replay_entries(entries, interval=replay_interval(len(entries), rate)
+                                   ).replayed
+
+    def replay_entries(self, entries: list[DeadLetter], *, interval: float | None = None
+                       ) -> ReplayOutcome:
+        """Send ``entries`` again with their event ids, then remove them from the queue.
+
+        With no ``interval`` each goes straight onto the delivery queue. With one, each is
+        parked in the retry schedule, an endpoint's events ``interval`` seconds apart, so a
+        recovered receiver gets a steady trickle instead of the whole backlog at once; either
+        way every attempt passes the endpoint's gates (breaker, rate limit, Retry-After).
+        Sending comes first: a crash before the removal leaves an entry in the queue *and*
+        its event on its way, and the idempotency gate stops a second send. Nothing is lost.
+        """
+        replayed: list[DeadLetter] = []
+        kept: list[DeadLetter] = []
+        full: set[str | None] = set()  # endpoints at their schedule cap; None: all of them
+        position: dict[str, int] = {}
+        spread = 0.0
+        for start in range(0, len(entries), REPLAY_BATCH):
+            sent: list[DeadLetter] = []
+            try:
+                for entry in entries[start : start + REPLAY_BATCH]:
+                    if interval is None:
+                        _enqueue(entry)
+                    elif None in full or entry.endpoint_id in full:
+                        kept.append(entry)
+                        continue
+                    else:
+                        countdown = position.get(entry.endpoint_id, 0) * interval
+                        try:
+                            _park(entry, countdown)
+                        except ScheduleFull as exc:
+                            full.add(None if exc.which == "total" else entry.endpoint_id)
+                            kept.append(entry)
+                            continue
+                        position[entry.endpoint_id] = position.get(entry.endpoint_id, 0) + 1
+                        spread = max(spread, countdown)
+                    sent.append(entry)
+            finally:  # also when the broker or Redis fails half-way: what was sent goes
+                self.remove_unchanged({entry.id: entry.dead_lettered_at for entry in sent})
+                replayed += sent
+        if kept:
+            log_event("deadletter.replay_schedule_full", level=logging.WARNING,
+                      kept=len(kept), replayed=len(replayed))
+        return ReplayOutcome(replayed=replayed, kept=kept, interval=interval, spread=spread)
 
     def purge(self, selection: DeadLetterFilter, *, dry_run: bool = False) -> list[DeadLetter]:
         entries = self.find(selection)
         if not dry_run:
             self.remove(entry.id for entry in entries)
         return entries
+
+    def count_before(self, before: float) -> int:
+        """Entries dead-lettered before ``before`` (Unix seconds)."""
+        return int(self.redis.zcount(DLQ_INDEX_KEY, "-inf", f"({before!r}"))
+
+    def trim(self, before: float, *, limit: int | None = None) -> int:
+        """Remove entries dead-lettered before ``before`` (Unix seconds), at most ``limit``;
+        returns how many."""
+        removed = 0
+        while limit is None or removed < limit:
+            batch = TRIM_BATCH if limit is None else min(TRIM_BATCH, limit - removed)
+            found = self.redis.zrangebyscore(DLQ_INDEX_KEY, "-inf", f"({before!r}", start=0,
+                                             num=batch, withscores=True)
+            done = self.remove_unchanged(dict(found)) if found else 0
+            removed += done
+            if done == 0 or len(found) < batch:
+                break
+        if removed:
+            log_event("deadletter.trimmed", level=logging.INFO, count=removed, before=before)
+        return removed
+
+    def _trim_expired(self) -> None:
+        """The automatic trim: entries past ``HOOKLINE_DLQ_RETENTION``, a bounded number."""
+        retention = settings().dlq_retention
+        if retention <= 0:
+            return
+        try:
+            self.trim(time.time() - retention, limit=AUTO_TRIM_LIMIT)
+        except redis.RedisError as exc:  # the entry is stored; trimming waits for next time
+            log_event("deadletter.trim_failed", level=logging.WARNING,
+                      error=type(exc).__name__)
+
+
+def _enqueue(entry: DeadLetter) -> None:
+    from tasks.webhooks import deliver  # the task module imports this one
+
+    deliver.apply_async(args=(entry.endpoint_id, entry.event_type, entry.payload),
+                        kwargs={"event_id": entry.event_id})
+
+
+def _park(entry: DeadLetter, countdown: float) -> None:
+    """Put ``entry``'s event in the retry schedule as a first delivery due in ``countdown``."""
+    from app.celery import DELIVERY_QUEUE, app
+
+    message = build_message(
+        app, task_name="hookline.deliver", task_id=str(uuid.uuid4()),
+        args=[entry.endpoint_id, entry.event_type, entry.payload],
+        # enqueued_at as a publish would stamp it: the delivery lag counts from the replay.
+        kwargs={"event_id": entry.event_id, "enqueued_at": time.time()}, retries=0,
+        queue=DELIVERY_QUEUE,
+    )
+    RetrySchedule().park(endpoint_id=entry.endpoint_id, event_id=entry.event_id,
+                         countdown=countdown, message=message, last_status=entry.last_status,
+                         last_error=f"replay of a dead letter ({entry.reason})")
 
 
 def spool(entry: DeadLetter, *, cause: BaseException) -> None:

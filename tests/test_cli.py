@@ -1,8 +1,8 @@
 """The ``hookline`` command against the real Redis of the tests (no worker here).
 
-Dead letters are written directly with ``DeadLetterQueue.add``; what ``send`` and ``dlq replay``
-publish to the broker is recorded through Celery's ``after_task_publish`` signal and taken off
-the ``hookline`` list after each test.
+Dead letters are written directly with ``DeadLetterQueue.add``; what ``send`` publishes to the
+broker is recorded through Celery's ``after_task_publish`` signal and taken off the ``hookline``
+list after each test. The ``dlq`` commands are tested in test_cli_dlq.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import dataclasses
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -23,18 +25,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import app.cli
-import app.cli_dlq
-import app.deadletter
 import app.gates
 from app import store
 from app.celery import DELIVERY_QUEUE
 from app.cli import main
-from app.cli_dlq import parse_time
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
 from app.endpoints import EndpointRegistry
 from app.gates import Gate
-from tests.conftest import Publications
+from tests.conftest import ROOT, Publications, wait_until
 
 SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{40,}")
 
@@ -316,142 +315,6 @@ def test_send_rejects_a_payload_that_is_not_json(published: Publications) -> Non
     assert published.events == []
 
 
-# -- dead letters ---------------------------------------------------------------------------
-
-
-def test_parse_time_reads_unix_seconds_iso_8601_and_relative_ages() -> None:
-    now = 1_800_000_000.0
-    assert parse_time("15m", now=now) == now - 900
-    assert parse_time("2h", now=now) == now - 7200
-    assert parse_time("1d", now=now) == now - 86400
-    assert parse_time("1700000000") == 1_700_000_000.0
-    assert parse_time("2026-01-01T00:00:00+00:00") == datetime(2026, 1, 1, tzinfo=UTC).timestamp()
-    for bad in ("yesterday", "nan", "15x", ""):
-        with pytest.raises(ValueError, match="is not a time"):
-            parse_time(bad)
-
-
-def test_dlq_list_shows_every_entry_oldest_first(dead_letters: DeadLetterQueue) -> None:
-    table = succeeds("dlq", "list").stdout.splitlines()
-    assert table[0].split() == ["ID", "REASON", "ATTEMPTS", "LAST", "STATUS", "LAST", "ERROR",
-                                "DEAD-LETTERED", "AT"]
-    assert [line.split()[0] for line in table[1:]] == [
-        "shop/ev-old", "crm/ev-a", "shop/ev-mid", "shop/ev-new", "crm/ev-b"]
-    assert "2h ago" in table[1]
-    entries = json_out("dlq", "list")
-    assert ids_of(entries) == ["shop/ev-old", "crm/ev-a", "shop/ev-mid", "shop/ev-new",
-                               "crm/ev-b"]
-    assert entries[0]["payload"] == {"order": "ev-old"}
-
-
-def test_dlq_list_filters_by_endpoint_reason_and_time(dead_letters: DeadLetterQueue) -> None:
-    assert ids_of(json_out("dlq", "list", "--endpoint", "crm")) == ["crm/ev-a", "crm/ev-b"]
-    assert ids_of(json_out("dlq", "list", "--reason", "exhausted")) == [
-        "shop/ev-old", "shop/ev-new", "crm/ev-b"]
-    assert ids_of(json_out("dlq", "list", "--since", "15m")) == [
-        "shop/ev-mid", "shop/ev-new", "crm/ev-b"]
-    assert ids_of(json_out("dlq", "list", "--until", "1h")) == ["shop/ev-old"]
-    hour_ago = datetime.fromtimestamp(time.time() - 3600, tz=UTC).isoformat()
-    assert ids_of(json_out("dlq", "list", "--endpoint", "shop", "--reason", "exhausted",
-                           "--since", hour_ago)) == ["shop/ev-new"]
-    assert ids_of(json_out("dlq", "list", "--limit", "2")) == ["shop/ev-old", "crm/ev-a"]
-    assert "no dead letters match" in succeeds("dlq", "list", "--endpoint", "nope").stdout
-
-
-def test_dlq_list_rejects_an_unknown_reason_and_a_bad_time(dead_letters: DeadLetterQueue
-                                                           ) -> None:
-    assert "'lost' is not one of" in fails("dlq", "list", "--reason", "lost", code=2).stderr
-    assert "is not a time" in fails("dlq", "list", "--since", "last week", code=2).stderr
-
-
-def test_dlq_show_prints_the_whole_entry_with_its_payload(dead_letters: DeadLetterQueue
-                                                          ) -> None:
-    entry = json_out("dlq", "show", "crm/ev-a")
-    assert entry["id"] == "crm/ev-a"
-    assert entry["reason"] == "endpoint_removed"
-    assert entry["payload"] == {"order": "ev-a"}
-    assert entry["last_status"] == 503
-    text = succeeds("dlq", "show", "crm/ev-a").stdout
-    assert '"order": "ev-a"' in text
-    assert "endpoint_removed (the endpoint does not exist" in text
-    assert "no dead letter 'crm/nope'" in fails("dlq", "show", "crm/nope").stderr
-
-
-def test_dlq_purge_dry_run_lists_what_it_would_delete_and_deletes_nothing(
-        dead_letters: DeadLetterQueue) -> None:
-    result = succeeds("dlq", "purge", "--reason", "exhausted", "--dry-run")
-    assert result.stdout.splitlines() == ["would purge 3 dead letter(s)", "shop/ev-old",
-                                          "shop/ev-new", "crm/ev-b"]
-    assert dead_letters.count() == 5
-
-
-def test_dlq_purge_deletes_exactly_the_selection_after_confirmation(
-        dead_letters: DeadLetterQueue) -> None:
-    fails("dlq", "purge", "--endpoint", "shop", input="n\n")
-    assert dead_letters.count() == 5
-    result = succeeds("dlq", "purge", "--endpoint", "shop", "--reason", "exhausted",
-                      input="y\n")
-    assert "purged 2 dead letter(s)" in result.stdout
-    assert ids_of(json_out("dlq", "list")) == ["crm/ev-a", "shop/ev-mid", "crm/ev-b"]
-    succeeds("dlq", "purge", "crm/ev-a", "ev-b", "--yes")
-    assert ids_of(json_out("dlq", "list")) == ["shop/ev-mid"]
-
-
-def test_dlq_replay_and_purge_refuse_an_empty_selection_without_all(
-        dead_letters: DeadLetterQueue, published: Publications) -> None:
-    for verb in ("replay", "purge"):
-        refused = fails("dlq", verb, "--yes" if verb == "purge" else "--dry-run", code=2)
-        assert "refusing to act on every dead letter" in refused.stderr
-        mixed = fails("dlq", verb, "--all", "--endpoint", "shop", code=2)
-        assert "--all selects every dead letter" in mixed.stderr
-    assert dead_letters.count() == 5
-    assert published.events == []
-
-
-def test_dlq_replay_dry_run_counts_exactly_the_filtered_entries_and_keeps_them(
-        dead_letters: DeadLetterQueue, published: Publications) -> None:
-    result = succeeds("dlq", "replay", "--endpoint", "shop", "--since", "1h", "--dry-run")
-    assert result.stdout.splitlines() == ["would replay 2 dead letter(s)", "shop/ev-mid",
-                                          "shop/ev-new"]
-    everything = succeeds("dlq", "replay", "--all", "--dry-run")
-    assert everything.stdout.splitlines()[0] == "would replay 5 dead letter(s)"
-    assert dead_letters.count() == 5
-    assert published.events == []
-
-
-def test_dlq_replay_enqueues_the_selection_with_its_event_ids_and_removes_it(
-        dead_letters: DeadLetterQueue, published: Publications) -> None:
-    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/")
-    result = succeeds("dlq", "replay", "--endpoint", "shop", "--reason", "exhausted")
-    assert "replayed 2 dead letter(s)" in result.stdout
-    assert "warning" not in result.stderr  # shop exists and is enabled
-    assert published.events == [(DELIVERY_QUEUE, "shop", "ev-old"),
-                                (DELIVERY_QUEUE, "shop", "ev-new")]
-    assert ids_of(json_out("dlq", "list")) == ["crm/ev-a", "shop/ev-mid", "crm/ev-b"]
-
-
-def test_dlq_replay_warns_when_the_endpoint_cannot_receive(
-        dead_letters: DeadLetterQueue, published: Publications) -> None:
-    result = succeeds("dlq", "replay", "crm/ev-a", "crm/missing")
-    assert "endpoint 'crm' does not exist" in result.stderr
-    assert "not in the dead-letter queue: crm/missing" in result.stderr
-    assert published.events == [(DELIVERY_QUEUE, "crm", "ev-a")]
-    assert dead_letters.get("crm/ev-a") is None
-
-
-def test_dlq_restore_spool_moves_spooled_entries_into_redis(monkeypatch, tmp_path) -> None:
-    spool_settings = dataclasses.replace(settings(), dlq_spool_path=str(tmp_path / "spool"))
-    for module in (app.deadletter, app.cli_dlq):
-        monkeypatch.setattr(module, "settings", lambda: spool_settings)
-    spooled = [DeadLetter(endpoint_id="shop", event_id=f"ev-{n}", event_type="order.paid",
-                          payload={}, reason="exhausted") for n in range(2)]
-    (tmp_path / "spool").write_text("".join(entry.to_json() + "\n" for entry in spooled))
-    assert "moved 2 dead letter(s)" in succeeds("dlq", "restore-spool").stdout
-    assert sorted(ids_of(json_out("dlq", "list"))) == ["shop/ev-0", "shop/ev-1"]
-    assert not (tmp_path / "spool").exists()
-    assert "nothing to restore" in succeeds("dlq", "restore-spool").stdout
-
-
 # -- breakers -------------------------------------------------------------------------------
 
 
@@ -511,16 +374,23 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
     succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
     succeeds("endpoint", "disable", "crm")
     report = json_out("stats")
-    assert set(report) == {"endpoints", "queues", "schedule", "dead_letters", "breakers"}
+    assert set(report) == {"at", "endpoints", "queues", "schedule", "dead_letters", "breakers",
+                           "throttled"}
+    assert abs(report["at"] - time.time()) < 5
     assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1}
     assert set(report["queues"]) == {"hookline", "hookline.retry"}
     assert all(isinstance(depth, int) for depth in report["queues"].values())
+    assert set(report["schedule"]) == {"total", "by_endpoint", "oldest_due", "lag"}
     assert report["dead_letters"] == {
-        "total": 5, "by_reason": {"exhausted": 3, "rejected": 1, "endpoint_removed": 1}}
-    assert report["breakers"] == []
+        "total": 5, "by_reason": {"exhausted": 3, "rejected": 1, "endpoint_removed": 1},
+        "oldest": dead_letters.get("shop/ev-old").dead_lettered_at}
+    assert report["breakers"] == report["throttled"] == []
     text = succeeds("stats").stdout
     assert "2 (1 enabled, 1 disabled)" in text
+    assert re.search(r"^dead letters: +5, oldest .*\(2h ago\)$", text, re.M)
+    assert re.search(r"^  exhausted: +3$", text, re.M)
     assert "all closed, none blocked" in text
+    assert re.search(r"^throttled: +none$", text, re.M)
 
 
 @pytest.mark.usefixtures("long_cooldown")
@@ -556,3 +426,60 @@ def test_stats_counts_the_messages_waiting_in_each_queue(monkeypatch,
     redis_client.lpush(retry, "m4")
     assert json_out("stats")["queues"] == {first: 3, retry: 1}
     redis_client.delete(first, retry)
+
+
+def test_stats_lists_endpoints_whose_events_wait_for_rate_slots() -> None:
+    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/", "--rate", "6/m",
+             "--burst", "1")
+    succeeds("endpoint", "add", "crm", "--url", "https://crm.example/", "--rate", "6/m")
+    gate = Gate()
+    assert gate.admit("shop", "e1", "t1").verdict == "admitted"
+    deferred = gate.admit("shop", "e2", "t2")  # over budget: books the next slot, 10s ahead
+    assert deferred.detail == "rate_limited"
+    [throttled] = json_out("stats")["throttled"]
+    assert (throttled["endpoint_id"], throttled["rate"]) == ("shop", "6/m")
+    assert throttled["booked_until"] == pytest.approx(deferred.rate_slot / 1000)
+    assert time.time() + 5 < throttled["booked_until"] < time.time() + 11
+    text = succeeds("stats").stdout
+    assert re.search(r"^throttled: +1 endpoint\(s\) waiting for rate slots$", text, re.M)
+    assert re.search(r"^  shop: +6/m, slots booked until .*\(in \d+s\)$", text, re.M)
+
+
+def test_stats_watch_refreshes_until_stopped() -> None:
+    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/")
+    text = succeeds("stats", "--watch", "--interval", "0.2", "--iterations", "3").stdout
+    assert len(re.findall(r"^hookline stats .* every 0.2s, Ctrl-C to stop$", text, re.M)) == 3
+    assert len(re.findall(r"^endpoints: +1 \(1 enabled", text, re.M)) == 3
+    lines = succeeds("stats", "--watch", "--json", "--interval", "0.1", "--iterations",
+                     "2").stdout.splitlines()
+    reports = [json.loads(line) for line in lines]
+    assert len(reports) == 2
+    assert reports[0]["endpoints"]["total"] == 1
+    assert reports[1]["at"] > reports[0]["at"]
+
+
+def test_stats_watch_shows_an_unreachable_redis_and_keeps_going(monkeypatch) -> None:
+    dead = redis.Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
+    monkeypatch.setattr(store, "client", lambda: dead)
+    result = succeeds("stats", "--watch", "--interval", "0.1", "--iterations", "2")
+    errors = re.findall(r"Error: Redis at .* \(REDIS_URL\) does not answer.*\(retrying\)$",
+                        result.stdout, re.M)
+    assert len(errors) == 2
+    assert "(REDIS_URL) does not answer" in fails("stats").stderr
+
+
+def test_stats_watch_stops_cleanly_on_ctrl_c(tmp_path) -> None:
+    output = tmp_path / "stats.out"
+    with open(output, "w") as stdout:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from app.cli import main; main()", "stats", "--watch",
+             "--interval", "0.2"],
+            cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_until(lambda: output.read_text().count("hookline stats ") >= 2, timeout=30)
+        finally:
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=10)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err

@@ -1,13 +1,31 @@
 """The dead-letter queue's storage, filters and its fallback when Redis is down."""
 
+import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from app.config import settings
-from app.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue, restore_spool
+import app.deadletter
+from app.config import ConfigError, load_settings, settings
+from app.deadletter import (
+    DLQ_INDEX_KEY,
+    DLQ_KEY,
+    DLQ_REASON_KEY,
+    THROTTLE_ABOVE,
+    DeadLetter,
+    DeadLetterFilter,
+    DeadLetterQueue,
+    DeadLetterStats,
+    replay_interval,
+    replay_spread,
+    restore_spool,
+)
+
+#: When the test entries were dead-lettered: a day ago, well within the default retention.
+T0 = float(int(time.time()) - 86400)
 
 
 def entry(endpoint_id: str, event_id: str, reason: str, at: float) -> DeadLetter:
@@ -21,7 +39,7 @@ def dlq():
     for n, (endpoint_id, reason) in enumerate(
         [("a", "rejected"), ("a", "exhausted"), ("b", "rejected"), ("b", "endpoint_gone")]
     ):
-        queue.add(entry(endpoint_id, f"evt-{n}", reason, at=1000.0 + n))
+        queue.add(entry(endpoint_id, f"evt-{n}", reason, at=T0 + n))
     return queue
 
 
@@ -29,13 +47,13 @@ def test_entries_are_listed_oldest_first_and_filtered(dlq):
     assert [e.id for e in dlq.find()] == ["a/evt-0", "a/evt-1", "b/evt-2", "b/evt-3"]
     assert [e.id for e in dlq.find(DeadLetterFilter(endpoint_id="a"))] == ["a/evt-0", "a/evt-1"]
     assert [e.id for e in dlq.find(DeadLetterFilter(reason="rejected"))] == ["a/evt-0", "b/evt-2"]
-    assert [e.id for e in dlq.find(DeadLetterFilter(since=1001, until=1002))] == [
+    assert [e.id for e in dlq.find(DeadLetterFilter(since=T0 + 1, until=T0 + 2))] == [
         "a/evt-1", "b/evt-2"]
     assert dlq.counts_by_reason() == {"rejected": 2, "exhausted": 1, "endpoint_gone": 1}
 
 
 def test_dead_lettering_an_event_again_replaces_its_entry(dlq):
-    dlq.add(entry("a", "evt-0", "exhausted", at=2000.0))
+    dlq.add(entry("a", "evt-0", "exhausted", at=T0 + 1000))
     assert dlq.count() == 4
     assert dlq.get("a/evt-0").reason == "exhausted"
     assert dlq.find()[-1].id == "a/evt-0"
@@ -64,3 +82,110 @@ def test_redis_down_spools_to_disk_and_restores_later():
     assert restore_spool(queue) == 1
     assert queue.get("a/evt-down").reason == "retry_failed"
     assert not spool.exists()
+
+
+def test_entries_are_filtered_by_attempt_count():
+    queue = DeadLetterQueue()
+    for attempts in range(5):
+        queue.add(DeadLetter("a", f"evt-{attempts}", "t", {}, "exhausted", attempts=attempts,
+                             dead_lettered_at=T0 + attempts))
+    assert [e.attempts for e in queue.find(DeadLetterFilter(min_attempts=3))] == [3, 4]
+    assert [e.attempts for e in queue.find(DeadLetterFilter(max_attempts=1))] == [0, 1]
+    assert [e.attempts for e in queue.find(DeadLetterFilter(min_attempts=1, max_attempts=2))
+            ] == [1, 2]
+
+
+def test_stats_count_by_reason_without_reading_entries_and_follow_replacements(dlq):
+    assert dlq.stats() == DeadLetterStats(
+        total=4, by_reason={"rejected": 2, "exhausted": 1, "endpoint_gone": 1}, oldest=T0)
+    dlq.add(entry("a", "evt-0", "expired", at=T0 + 1000))  # replaces a rejected entry
+    dlq.remove(["b/evt-3"])
+    assert dlq.stats() == DeadLetterStats(
+        total=3, by_reason={"rejected": 1, "exhausted": 1, "expired": 1}, oldest=T0 + 1)
+
+
+def test_stats_rebuild_the_reason_index_of_entries_written_without_one(redis_client):
+    redis_client.hset(DLQ_KEY, "a/old", entry("a", "old", "rejected", at=T0 - 5).to_json())
+    redis_client.zadd(DLQ_INDEX_KEY, {"a/old": T0 - 5})
+    queue = DeadLetterQueue()
+    queue.add(entry("a", "new", "exhausted", at=T0))
+    assert queue.stats().by_reason == {"rejected": 1, "exhausted": 1}
+    assert redis_client.zcard(DLQ_REASON_KEY.format("rejected")) == 1
+
+
+def test_remove_unchanged_keeps_an_entry_dead_lettered_again_since_it_was_read(dlq):
+    read = dlq.get("a/evt-0")
+    dlq.add(entry("a", "evt-0", "endpoint_disabled", at=T0 + 2000))  # the replay failed again
+    other = dlq.get("a/evt-1")
+    assert dlq.remove_unchanged({read.id: read.dead_lettered_at,
+                                 other.id: other.dead_lettered_at}) == 1
+    assert dlq.get("a/evt-0").reason == "endpoint_disabled"
+    assert dlq.get("a/evt-1") is None
+
+
+def test_trim_removes_only_entries_dead_lettered_before_the_cutoff(dlq):
+    assert dlq.count_before(T0 + 2) == 2
+    assert dlq.trim(T0 + 2) == 2
+    assert [e.id for e in dlq.find()] == ["b/evt-2", "b/evt-3"]
+    assert dlq.counts_by_reason() == {"rejected": 1, "endpoint_gone": 1}
+    assert dlq.trim(T0 + 2) == 0
+
+
+def test_trim_goes_through_large_queues_in_batches_and_honours_a_limit(monkeypatch):
+    monkeypatch.setattr(app.deadletter, "TRIM_BATCH", 7)
+    queue = DeadLetterQueue()
+    queue._write([entry("a", f"evt-{n}", "exhausted", at=T0 + n) for n in range(50)])
+    assert queue.trim(T0 + 30, limit=20) == 20
+    assert queue.trim(T0 + 30) == 10
+    assert queue.count() == 20
+    assert min(e.dead_lettered_at for e in queue.find()) == T0 + 30
+
+
+@pytest.fixture
+def one_hour_retention(monkeypatch):
+    hour = dataclasses.replace(settings(), dlq_retention=3600.0)
+    monkeypatch.setattr(app.deadletter, "settings", lambda: hour)
+    app.deadletter._auto_trim.reset()
+    yield 3600.0
+    app.deadletter._auto_trim.reset()
+
+
+def test_adding_a_dead_letter_trims_expired_ones_at_most_once_a_minute(one_hour_retention):
+    queue = DeadLetterQueue()
+    now = time.time()
+    queue._write([entry("a", "expired", "exhausted", at=now - 3700),
+                  entry("a", "kept", "exhausted", at=now - 3500)])
+    queue.add(entry("a", "new", "rejected", at=now))
+    assert [e.event_id for e in queue.find()] == ["kept", "new"]
+    queue.add(entry("a", "expired-2", "rejected", at=now - 7200))  # within the minute: stays
+    assert queue.count() == 3
+    app.deadletter._auto_trim.reset()  # a minute later
+    queue.add(entry("a", "newer", "rejected", at=now))
+    assert [e.event_id for e in queue.find()] == ["kept", "new", "newer"]
+
+
+def test_a_retention_of_zero_keeps_dead_letters_forever(monkeypatch):
+    forever = dataclasses.replace(settings(), dlq_retention=0.0)
+    monkeypatch.setattr(app.deadletter, "settings", lambda: forever)
+    app.deadletter._auto_trim.reset()
+    queue = DeadLetterQueue()
+    queue.add(entry("a", "ancient", "exhausted", at=1.0))
+    queue.add(entry("a", "new", "exhausted", at=time.time()))
+    assert queue.count() == 2
+
+
+def test_replay_is_throttled_above_the_threshold_or_at_a_given_rate():
+    assert replay_interval(THROTTLE_ABOVE, None) is None
+    assert replay_interval(THROTTLE_ABOVE + 1, None) == pytest.approx(0.1)  # 10/s
+    assert replay_interval(1, "2/s") == 0.5
+    entries = [entry(endpoint_id, f"e{n}", "exhausted", at=1.0)
+               for endpoint_id, n in [("a", 0), ("a", 1), ("a", 2), ("b", 3)]]
+    assert replay_spread(entries, 0.5) == 1.0  # a's third event: two intervals in
+    assert replay_spread(entries, None) == 0.0
+
+
+def test_retention_is_read_from_the_environment():
+    assert load_settings({}).dlq_retention == 30 * 86400
+    assert load_settings({"HOOKLINE_DLQ_RETENTION": "3600"}).dlq_retention == 3600
+    with pytest.raises(ConfigError, match="HOOKLINE_DLQ_RETENTION"):
+        load_settings({"HOOKLINE_DLQ_RETENTION": "-1"})
