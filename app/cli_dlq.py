@@ -288,7 +288,7 @@ def _describe_pace(interval: float | None, spread: float) -> str:
 
 @dlq.command("replay")
 @_action_options
-@click.option("--rate", type=RateParam(),
+@click.option("--rate", type=RateParam(), metavar="N/s|N/m|N/h",
               help=f"Spread the replayed events: at most this many per endpoint (e.g. 10/s, "
                    f"600/m). Default: {DEFAULT_REPLAY_RATE} when more than {THROTTLE_ABOVE} "
                    f"dead letters are selected, else straight onto the queue.")
