@@ -15,7 +15,7 @@ import redis
 from app.config import settings
 
 _lock = threading.Lock()
-_client: tuple[int, redis.Redis] | None = None
+_client: tuple[int, str, redis.Redis] | None = None
 
 #: Key of the set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
@@ -48,18 +48,20 @@ def rate_key(endpoint_id: str) -> str:
 
 
 def client() -> redis.Redis:
-    """This process's Redis client (thread-safe pool), made again after a fork."""
+    """This process's Redis client (thread-safe pool), made again after a fork or when
+    ``REDIS_URL`` changes (``app.config.configure``)."""
     global _client
-    pid = os.getpid()
+    pid, url = os.getpid(), settings().redis_url
     current = _client
-    if current is not None and current[0] == pid:
-        return current[1]
+    if current is not None and current[:2] == (pid, url):
+        return current[2]
     with _lock:
-        if _client is None or _client[0] != pid:
+        if _client is None or _client[:2] != (pid, url):
             _client = (
                 pid,
+                url,
                 redis.Redis.from_url(
-                    settings().redis_url,
+                    url,
                     decode_responses=True,
                     health_check_interval=30,
                     socket_connect_timeout=5,
@@ -67,7 +69,7 @@ def client() -> redis.Redis:
                     retry_on_timeout=True,
                 ),
             )
-        return _client[1]
+        return _client[2]
 
 
 def load_script(name: str) -> str:

@@ -78,6 +78,21 @@ def clean_redis(request, redis_client) -> Iterator[None]:
 
 
 @pytest.fixture
+def quiet_redis() -> Iterator[redis.Redis]:
+    """Hookline's Redis switched, for one test, to a database no worker of the session uses
+    (3): nothing parked there is released or delivered behind the test's back."""
+    from app import config
+
+    url = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/3"
+    client = redis.Redis.from_url(url, decode_responses=True)
+    client.flushdb()
+    config.configure({"REDIS_URL": url, "CELERY_BROKER_URL": url})
+    yield client
+    config.configure()
+    client.flushdb()
+
+
+@pytest.fixture
 def receiver() -> Iterator[Receiver]:
     with Receiver() as running:
         yield running

@@ -56,12 +56,18 @@ class Parked:
                                   last_status=last_status, last_error=last_error)
 
 
+@pytest.fixture(autouse=True)
+def quiet(quiet_redis: redis.Redis) -> redis.Redis:
+    """A database of its own: the session's worker would release these retries at once."""
+    return quiet_redis
+
+
 @pytest.fixture
-def park(redis_client: redis.Redis) -> Iterator[Parked]:
+def park(quiet: redis.Redis) -> Iterator[Parked]:
     parked = Parked()
     yield parked
     for message in parked.messages:  # released ones: no later worker may deliver them
-        redis_client.lrem(RETRY_QUEUE, 0, message)
+        quiet.lrem(RETRY_QUEUE, 0, message)
 
 
 # -- stats ----------------------------------------------------------------------------------
@@ -234,14 +240,15 @@ def test_releaser_reports_a_failing_release_loop_in_one_line(monkeypatch) -> Non
     assert "releaser stopped" not in result.stdout
 
 
-def start_releaser(log: Path) -> subprocess.Popen[bytes]:
+def start_releaser(log: Path, redis_url: str) -> subprocess.Popen[bytes]:
     """``hookline releaser`` in its own process, on this test's Redis; waits for its start
     line."""
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", "from app.cli import main; main(prog_name='hookline')",
              "releaser"],
-            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out,
+            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "REDIS_URL": redis_url,
+                           "CELERY_BROKER_URL": redis_url}, stdout=out,
             stderr=subprocess.STDOUT,
         )
 
@@ -256,14 +263,16 @@ def start_releaser(log: Path) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_releaser_releases_due_retries_and_stops_cleanly_on_a_signal(
-        park: Parked, redis_client: redis.Redis, tmp_path: Path, sig: int) -> None:
+        park: Parked, quiet: redis.Redis, tmp_path: Path, sig: int) -> None:
     park("shop", "due-now", 0)
     park("shop", "due-later", 3600)
-    process = start_releaser(tmp_path / "releaser.log")
+    url = quiet.connection_pool.connection_kwargs
+    process = start_releaser(tmp_path / "releaser.log",
+                             f"redis://{url['host']}:{url['port']}/{url['db']}")
     try:
         wait_until(lambda: RetrySchedule().stats().total == 1, timeout=10)
         assert [retry.id for retry in RetrySchedule().scheduled()] == ["shop/due-later"]
-        assert park.messages[0] in redis_client.lrange(RETRY_QUEUE, 0, -1)
+        assert park.messages[0] in quiet.lrange(RETRY_QUEUE, 0, -1)
         started = time.monotonic()
         process.send_signal(sig)
         assert process.wait(timeout=5) == 0
@@ -278,4 +287,4 @@ def test_releaser_releases_due_retries_and_stops_cleanly_on_a_signal(
         "stop with Ctrl-C or SIGTERM")
     assert output.splitlines()[-1] == "releaser stopped"
     assert "Traceback" not in output
-    assert park.messages[1] not in redis_client.lrange(RETRY_QUEUE, 0, -1)
+    assert park.messages[1] not in quiet.lrange(RETRY_QUEUE, 0, -1)
