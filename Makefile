@@ -10,7 +10,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 # The tests use their own database (15) of the local Redis unless told otherwise.
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
-.PHONY: install venv redis demo test lint bench clean
+.PHONY: install venv redis demo test lint bench bench-schedule clean
 
 install venv: $(STAMP)
 
@@ -38,8 +38,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Benchmarks on private Redis servers (results in bench/results/); e.g.
+# `make bench-schedule BENCH_ARGS="--retries 50000"`.
 bench: $(STAMP)
 	$(BIN)/python -m bench.gates
+	$(BIN)/python -m bench.schedule
+
+bench-schedule: $(STAMP)
+	$(BIN)/python -m bench.schedule $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build

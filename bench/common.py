@@ -110,11 +110,12 @@ class RedisServer:
 
 
 class Worker:
-    """``celery -A app worker`` in a subprocess, configured only through its environment."""
+    """``celery -A app worker`` (or another ``app`` module) in a subprocess, configured only
+    through its environment."""
 
     def __init__(self, env: dict[str, str], log_path: Path, *, concurrency: int,
-                 include: str = "") -> None:
-        command = [sys.executable, "-m", "celery", "-A", "app", "worker", "-P", "threads",
+                 include: str = "", app: str = "app") -> None:
+        command = [sys.executable, "-m", "celery", "-A", app, "worker", "-P", "threads",
                    "-c", str(concurrency), "-l", "warning", "-n", f"bench-{os.getpid()}@%h",
                    "--without-gossip", "--without-mingle", "--without-heartbeat"]
         if include:
