@@ -22,18 +22,21 @@ import click
 from app.cli_output import echo_fields, echo_json, echo_table, format_age, format_time, shorten
 from app.config import settings
 from app.deadletter import (
-    DEFAULT_REPLAY_RATE,
     REASONS,
-    THROTTLE_ABOVE,
     DeadLetter,
     DeadLetterFilter,
     DeadLetterQueue,
-    replay_interval,
-    replay_spread,
     restore_spool,
 )
 from app.endpoints import EndpointRegistry
 from app.policy import PolicyError, parse_rate
+from app.replay import (
+    DEFAULT_REPLAY_RATE,
+    THROTTLE_ABOVE,
+    replay_entries,
+    replay_interval,
+    replay_spread,
+)
 
 TIME_HELP = "Unix seconds, ISO 8601, or an age such as 15m, 2h, 1d (meaning that long ago)"
 #: Seconds per unit of a relative age.
@@ -313,7 +316,7 @@ def dlq_replay(ids: tuple[str, ...], select_all: bool, dry_run: bool, rate: str 
         for entry in entries:
             click.echo(entry.id)
         return
-    outcome = queue.replay_entries(entries, interval=interval)
+    outcome = replay_entries(queue, entries, interval=interval)
     click.echo(f"replayed {len(outcome.replayed)} dead letter(s) "
                f"{_describe_pace(interval, outcome.spread)}")
     if outcome.kept:

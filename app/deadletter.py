@@ -1,8 +1,9 @@
 """The dead-letter queue: every event that will not be delivered, with why, for operators to
 inspect and replay.
 
-``hookline:dlq`` is a hash of entry id -> JSON; ``hookline:dlq:by_time`` orders the ids by when
-they were dead-lettered, and ``hookline:dlq:by_reason:<reason>`` does the same per reason (so
+``hookline:{dlq}:entries`` is a hash of entry id -> JSON; ``hookline:{dlq}:by_time`` orders the
+ids by when they were dead-lettered, and ``hookline:{dlq}:by_reason:<reason>`` does the same per
+reason (so
 counting by reason reads no entry). An entry id is ``<endpoint id>/<event id>``: the same event
 sent to two endpoints has two entries, and dead-lettering an event again replaces its entry.
 
@@ -21,7 +22,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,14 +31,13 @@ import redis
 from app import store
 from app.config import settings
 from app.logs import log_event
-from app.policy import parse_rate
-from app.schedule import RetrySchedule, ScheduleFull, build_message
 
 log = logging.getLogger("hookline.deadletter")
 
-DLQ_KEY = "hookline:dlq"
-DLQ_INDEX_KEY = "hookline:dlq:by_time"
-DLQ_REASON_KEY = "hookline:dlq:by_reason:{}"
+# One hash tag for all three: written together in one transaction, on one Cluster slot.
+DLQ_KEY = "hookline:{dlq}:entries"
+DLQ_INDEX_KEY = "hookline:{dlq}:by_time"
+DLQ_REASON_KEY = "hookline:{{dlq}}:by_reason:{}"
 
 #: Why an event was dead-lettered.
 REASONS = {
@@ -56,12 +55,6 @@ REASONS = {
     "error": "an unexpected error in Hookline",
 }
 
-#: A replay of more entries than this is throttled even without an explicit rate.
-THROTTLE_ABOVE = 100
-#: The rate (per endpoint) of a throttled replay when none is given.
-DEFAULT_REPLAY_RATE = "10/s"
-#: Entries enqueued or parked before they are removed from the queue together.
-REPLAY_BATCH = 500
 #: Entries removed per transaction when trimming.
 TRIM_BATCH = 500
 #: Seconds between two automatic trims in one process.
@@ -133,38 +126,6 @@ class DeadLetterStats:
     by_reason: dict[str, int]
     #: Unix seconds the oldest entry was dead-lettered, or None.
     oldest: float | None
-
-
-@dataclass(frozen=True)
-class ReplayOutcome:
-    """What a replay did. ``interval`` is None when the events went straight onto the queue,
-    else the seconds between two replayed events of one endpoint."""
-
-    replayed: list[DeadLetter]
-    #: Left in the queue because the retry schedule is at a cap.
-    kept: list[DeadLetter]
-    interval: float | None
-    #: Seconds from now until the last replayed event is due.
-    spread: float
-
-
-def replay_interval(count: int, rate: str | None) -> float | None:
-    """Seconds between two replayed events of one endpoint: from ``rate`` (``N/s``, ``N/m``,
-    ``N/h``) when given, else ``DEFAULT_REPLAY_RATE`` above ``THROTTLE_ABOVE`` entries, else
-    None (straight onto the queue)."""
-    if rate is None:
-        return parse_rate(DEFAULT_REPLAY_RATE) if count > THROTTLE_ABOVE else None
-    return parse_rate(rate)
-
-
-def replay_spread(entries: Iterable[DeadLetter], interval: float | None) -> float:
-    """Seconds from the start of a replay until its last event is due."""
-    if interval is None:
-        return 0.0
-    per_endpoint: dict[str, int] = {}
-    for entry in entries:
-        per_endpoint[entry.endpoint_id] = per_endpoint.get(entry.endpoint_id, 0) + 1
-    return (max(per_endpoint.values(), default=1) - 1) * interval
 
 
 class _OncePer:
@@ -326,57 +287,15 @@ class DeadLetterQueue:
 
     def replay(self, selection: DeadLetterFilter, *, dry_run: bool = False,
                rate: str | None = None) -> list[DeadLetter]:
-        """Replay the matching entries (see :meth:`replay_entries`); returns those replayed
-        (with ``dry_run``: those that would be, nothing touched)."""
+        """Replay the matching entries (:func:`app.replay.replay_entries`); returns those
+        replayed (with ``dry_run``: those that would be, nothing touched)."""
+        from app.replay import replay_entries, replay_interval
+
         entries = self.find(selection)
         if dry_run:
             return entries
-        return self.replay_entries(entries, interval=replay_interval(len(entries), rate)
-                                   ).replayed
-
-    def replay_entries(self, entries: list[DeadLetter], *, interval: float | None = None
-                       ) -> ReplayOutcome:
-        """Send ``entries`` again with their event ids, then remove them from the queue.
-
-        With no ``interval`` each goes straight onto the delivery queue. With one, each is
-        parked in the retry schedule, an endpoint's events ``interval`` seconds apart, so a
-        recovered receiver gets a steady trickle instead of the whole backlog at once; either
-        way every attempt passes the endpoint's gates (breaker, rate limit, Retry-After).
-        Sending comes first: a crash before the removal leaves an entry in the queue *and*
-        its event on its way, and the idempotency gate stops a second send. Nothing is lost.
-        """
-        replayed: list[DeadLetter] = []
-        kept: list[DeadLetter] = []
-        full: set[str | None] = set()  # endpoints at their schedule cap; None: all of them
-        position: dict[str, int] = {}
-        spread = 0.0
-        for start in range(0, len(entries), REPLAY_BATCH):
-            sent: list[DeadLetter] = []
-            try:
-                for entry in entries[start : start + REPLAY_BATCH]:
-                    if interval is None:
-                        _enqueue(entry)
-                    elif None in full or entry.endpoint_id in full:
-                        kept.append(entry)
-                        continue
-                    else:
-                        countdown = position.get(entry.endpoint_id, 0) * interval
-                        try:
-                            _park(entry, countdown)
-                        except ScheduleFull as exc:
-                            full.add(None if exc.which == "total" else entry.endpoint_id)
-                            kept.append(entry)
-                            continue
-                        position[entry.endpoint_id] = position.get(entry.endpoint_id, 0) + 1
-                        spread = max(spread, countdown)
-                    sent.append(entry)
-            finally:  # also when the broker or Redis fails half-way: what was sent goes
-                self.remove_unchanged({entry.id: entry.dead_lettered_at for entry in sent})
-                replayed += sent
-        if kept:
-            log_event("deadletter.replay_schedule_full", level=logging.WARNING,
-                      kept=len(kept), replayed=len(replayed))
-        return ReplayOutcome(replayed=replayed, kept=kept, interval=interval, spread=spread)
+        return replay_entries(self, entries, interval=replay_interval(len(entries), rate)
+                              ).replayed
 
     def purge(self, selection: DeadLetterFilter, *, dry_run: bool = False) -> list[DeadLetter]:
         entries = self.find(selection)
@@ -414,29 +333,6 @@ class DeadLetterQueue:
         except redis.RedisError as exc:  # the entry is stored; trimming waits for next time
             log_event("deadletter.trim_failed", level=logging.WARNING,
                       error=type(exc).__name__)
-
-
-def _enqueue(entry: DeadLetter) -> None:
-    from tasks.webhooks import deliver  # the task module imports this one
-
-    deliver.apply_async(args=(entry.endpoint_id, entry.event_type, entry.payload),
-                        kwargs={"event_id": entry.event_id})
-
-
-def _park(entry: DeadLetter, countdown: float) -> None:
-    """Put ``entry``'s event in the retry schedule as a first delivery due in ``countdown``."""
-    from app.celery import DELIVERY_QUEUE, app
-
-    message = build_message(
-        app, task_name="hookline.deliver", task_id=str(uuid.uuid4()),
-        args=[entry.endpoint_id, entry.event_type, entry.payload],
-        # enqueued_at as a publish would stamp it: the delivery lag counts from the replay.
-        kwargs={"event_id": entry.event_id, "enqueued_at": time.time()}, retries=0,
-        queue=DELIVERY_QUEUE,
-    )
-    RetrySchedule().park(endpoint_id=entry.endpoint_id, event_id=entry.event_id,
-                         countdown=countdown, message=message, last_status=entry.last_status,
-                         last_error=f"replay of a dead letter ({entry.reason})")
 
 
 def spool(entry: DeadLetter, *, cause: BaseException) -> None:

@@ -14,15 +14,13 @@ from app.deadletter import (
     DLQ_INDEX_KEY,
     DLQ_KEY,
     DLQ_REASON_KEY,
-    THROTTLE_ABOVE,
     DeadLetter,
     DeadLetterFilter,
     DeadLetterQueue,
     DeadLetterStats,
-    replay_interval,
-    replay_spread,
     restore_spool,
 )
+from app.replay import THROTTLE_ABOVE, replay_interval, replay_spread
 
 #: When the test entries were dead-lettered: a day ago, well within the default retention.
 T0 = float(int(time.time()) - 86400)

@@ -12,9 +12,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from redis.connection import parse_url
-
-from app import store
 from app.config import ConfigError, Settings, configure, load_settings
 from app.enqueue import PreparedEvent, enqueue_prepared
 from app.logs import log_event
@@ -67,13 +64,6 @@ def configure_from(config: Mapping[str, Any], *, source: str, strict: bool) -> S
         candidate = load_settings({**os.environ, **overrides})
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    current = store._client  # read only: the client this process made already, if any
-    if current is not None and _target(current[1].connection_pool.connection_kwargs) != _target(
-            parse_url(candidate.redis_url)):
-        raise ConfigError(
-            f"{source}: REDIS_URL is {candidate.redis_url!r}, but this process already uses "
-            "another Redis; configure Hookline before the first enqueue"
-        )
     _apply_to_celery(candidate, source=source)
     return configure(overrides)
 
@@ -83,12 +73,6 @@ def _text(value: Any) -> str:
     if isinstance(value, list | tuple | set | frozenset):
         return ",".join(str(item) for item in value)
     return str(value)
-
-
-def _target(connection: Mapping[str, Any]) -> tuple[str, int, int]:
-    """Which server and database a redis-py connection's keyword arguments point at."""
-    where = str(connection.get("path") or connection.get("host") or "localhost")
-    return where, int(connection.get("port") or 6379), int(connection.get("db") or 0)
 
 
 def _apply_to_celery(applied: Settings, *, source: str) -> None:
