@@ -9,17 +9,14 @@ end in a one-line ``Error: ...`` and exit code 1, never a traceback.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
 from kombu.exceptions import OperationalError
 
-from app import __version__, store
-from app.celery import DELIVERY_QUEUE, RETRY_QUEUE
-from app.cli_breaker import breaker, breaker_json, describe, needs_attention, statuses
+from app import __version__
+from app.cli_breaker import breaker, breaker_json, describe
 from app.cli_dlq import dlq
 from app.cli_event import describe_last_error, describe_recent, event
 from app.cli_metrics import metrics_command
@@ -27,47 +24,24 @@ from app.cli_output import (
     echo_fields,
     echo_json,
     echo_table,
-    field_lines,
     format_time,
+    redacted,
+    redis_failure,
     shorten,
-    watch_frames,
 )
-from app.cli_schedule import releaser, schedule, schedule_json, schedule_rows
+from app.cli_schedule import releaser, schedule
 from app.cli_secret import rotate_secret
+from app.cli_stats import stats
 from app.config import ConfigError, settings
-from app.deadletter import DeadLetterQueue
 from app.endpoints import Endpoint, EndpointError, EndpointRegistry
 from app.enqueue import WebhookInputError, send_webhook
 from app.gates import Gate
 from app.history import AttemptHistory
 from app.policy import PolicyError
-from app.schedule import RetrySchedule
 
 #: Errors whose message already says what to fix: shown as is.
 INPUT_ERRORS = (EndpointError, WebhookInputError, ConfigError, PolicyError)
 DEFAULT_TEST_PAYLOAD = '{"message": "test event from hookline"}'
-
-
-def redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, fit for an error message."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "(unparseable URL)"
-
-
-def redis_failure(exc: redis.RedisError, url: str, variable: str) -> click.ClickException:
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
-        problem = "does not answer"
-    else:
-        problem = "failed"
-    detail = " ".join(str(exc).split()) or type(exc).__name__
-    return click.ClickException(f"Redis at {redacted(url)} ({variable}) {problem}: {detail}")
 
 
 class HooklineGroup(click.Group):
@@ -131,6 +105,7 @@ main.add_command(schedule)
 main.add_command(releaser)
 main.add_command(event)
 main.add_command(metrics_command)
+main.add_command(stats)
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -324,137 +299,6 @@ def send(endpoint_id: str, event_type: str, payload: Any, event_id: str | None) 
     if target is not None and not target.enabled:
         click.echo(f"warning: endpoint {endpoint_id!r} is disabled: the event will be "
                    "dead-lettered", err=True)
-
-
-# -- stats ----------------------------------------------------------------------------------
-
-
-def queue_depths() -> dict[str, int]:
-    """Messages waiting in each Celery queue: the broker's lists, which may be another Redis."""
-    config = settings()
-    variable = "REDIS_URL" if config.broker_url == config.redis_url else "CELERY_BROKER_URL"
-    try:
-        broker = redis.Redis.from_url(config.broker_url, socket_connect_timeout=5,
-                                      socket_timeout=10)
-    except ValueError as exc:
-        raise click.ClickException(f"{variable}: {exc}") from None
-    try:
-        pipe = broker.pipeline(transaction=False)
-        for queue in (DELIVERY_QUEUE, RETRY_QUEUE):
-            pipe.llen(queue)
-        depths = pipe.execute()
-    except redis.RedisError as exc:
-        raise redis_failure(exc, config.broker_url, variable) from None
-    finally:
-        broker.close()
-    return dict(zip((DELIVERY_QUEUE, RETRY_QUEUE), map(int, depths), strict=True))
-
-
-#: Endpoints named under breakers and under throttling in ``hookline stats``: one screen.
-STATS_LISTED = 10
-
-
-def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
-    """Rate-limited endpoints with events waiting for a rate slot: ``booked_until`` is the
-    latest slot booked (Unix seconds, Redis time)."""
-    limited = [item for item in endpoints if item.rate]
-    if not limited:
-        return []
-    pipe = store.client().pipeline(transaction=False)
-    for item in limited:
-        pipe.hget(store.rate_key(item.id), "book")
-    pipe.time()
-    *books, (seconds, micros) = pipe.execute()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    return [{"endpoint_id": item.id, "rate": item.rate, "booked_until": float(book) / 1000}
-            for item, book in zip(limited, books, strict=True)
-            if book and float(book) > now_ms]
-
-
-def _named(rows: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    if len(rows) <= STATS_LISTED:
-        return rows
-    return [*rows[:STATS_LISTED], (f"  ({len(rows) - STATS_LISTED} more)", "")]
-
-
-def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
-    """What ``hookline stats --json`` prints, and the lines of the one-screen view."""
-    endpoints = EndpointRegistry().list()
-    enabled = sum(1 for item in endpoints if item.enabled)
-    troubled = [status for status in statuses(item.id for item in endpoints)
-                if needs_attention(status)]
-    throttled = throttled_endpoints(endpoints)
-    retry_schedule = RetrySchedule()
-    scheduled = retry_schedule.stats()
-    dead_letters = DeadLetterQueue().stats()
-    report: dict[str, Any] = {
-        "at": round(time.time(), 3),
-        "endpoints": {"total": len(endpoints), "enabled": enabled,
-                      "disabled": len(endpoints) - enabled},
-        "queues": queue_depths(),
-        "schedule": schedule_json(scheduled),
-        "dead_letters": {"total": dead_letters.total, "by_reason": dead_letters.by_reason,
-                         "oldest": dead_letters.oldest},
-        "breakers": [breaker_json(status, cooldown=False) for status in troubled],
-        "throttled": throttled,
-    }
-    oldest = format_time(dead_letters.oldest)
-    rows: list[tuple[str, Any]] = [
-        ("endpoints", f"{len(endpoints)} ({enabled} enabled, {len(endpoints) - enabled} "
-                      "disabled)"),
-        *((f"queue {name}", depth) for name, depth in report["queues"].items()),
-        *schedule_rows(scheduled, retry_schedule),
-        ("dead letters", f"{dead_letters.total}" + (f", oldest {oldest}" if oldest else "")),
-        *((f"  {reason}", count) for reason, count in sorted(dead_letters.by_reason.items())),
-        ("breakers", f"{len(troubled)} not closed or blocked" if troubled
-                     else "all closed, none blocked"),
-        *_named([(f"  {status.endpoint_id}", describe(status)) for status in troubled]),
-        ("throttled", f"{len(throttled)} endpoint(s) waiting for rate slots" if throttled
-                      else "none"),
-        *_named([(f"  {item['endpoint_id']}", f"{item['rate']}, slots booked until "
-                                              f"{format_time(item['booked_until'])}")
-                 for item in throttled]),
-    ]
-    return report, rows
-
-
-def _stats_frame(as_json: bool, interval: float) -> str:
-    """One refresh of ``stats --watch``; an unreachable Redis is shown, not fatal."""
-    try:
-        report, rows = stats_report()
-    except (redis.RedisError, click.ClickException) as exc:
-        problem = exc.format_message() if isinstance(exc, click.ClickException) else (
-            redis_failure(exc, settings().redis_url, "REDIS_URL").format_message())
-        if as_json:
-            return json.dumps({"at": round(time.time(), 3), "error": problem}, sort_keys=True)
-        return f"{time.strftime('%Y-%m-%d %H:%M:%S')}  Error: {problem} (retrying)"
-    if as_json:
-        return json.dumps(report, sort_keys=True, default=str)
-    header = (f"hookline stats  {time.strftime('%Y-%m-%d %H:%M:%S')}  every {interval:g}s, "
-              "Ctrl-C to stop")
-    return "\n".join([header, "", *field_lines(rows)])
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True,
-              help="Print JSON (with --watch: one JSON object per line, per refresh).")
-@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
-              metavar="SECONDS", help="Seconds between refreshes with --watch.")
-@click.option("--iterations", type=click.IntRange(min=1), hidden=True,
-              help="Stop --watch after N refreshes (for tests).")
-def stats(as_json: bool, watch: bool, interval: float, iterations: int | None) -> None:
-    """Queue depths, scheduled retries, dead letters by reason, and endpoints with a breaker
-    not closed, a Retry-After block or events waiting for rate slots: one screen."""
-    if watch:
-        watch_frames(lambda: _stats_frame(as_json, interval), interval=interval,
-                     iterations=iterations, redraw=not as_json)
-        return
-    report, rows = stats_report()
-    if as_json:
-        echo_json(report)
-        return
-    echo_fields(rows)
 
 
 endpoint.add_command(rotate_secret)

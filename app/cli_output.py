@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import click
+import redis
 
 #: Widest a free-text cell (an error message, a URL) gets in a table.
 MAX_CELL_WIDTH = 60
@@ -88,3 +90,25 @@ def format_time(timestamp: float | None, *, now: float | None = None) -> str | N
     when = datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
     age = format_age(now - timestamp)
     return f"{when} ({age} ago)" if now >= timestamp else f"{when} (in {age})"
+
+
+def redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``, fit for an error message."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "(unparseable URL)"
+
+
+def redis_failure(exc: redis.RedisError, url: str, variable: str) -> click.ClickException:
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        problem = "does not answer"
+    else:
+        problem = "failed"
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return click.ClickException(f"Redis at {redacted(url)} ({variable}) {problem}: {detail}")

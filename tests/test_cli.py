@@ -25,6 +25,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import app.cli
+import app.cli_stats
 import app.gates
 from app import store
 from app.celery import DELIVERY_QUEUE
@@ -420,8 +421,8 @@ def test_stats_counts_the_messages_waiting_in_each_queue(monkeypatch,
                                                          redis_client: redis.Redis) -> None:
     # Scratch lists stand in for the queues: a worker sharing this Redis may drain the real ones.
     first, retry = "hookline:test-cli:first", "hookline:test-cli:retry"
-    monkeypatch.setattr(app.cli, "DELIVERY_QUEUE", first)
-    monkeypatch.setattr(app.cli, "RETRY_QUEUE", retry)
+    monkeypatch.setattr(app.cli_stats, "DELIVERY_QUEUE", first)
+    monkeypatch.setattr(app.cli_stats, "RETRY_QUEUE", retry)
     redis_client.lpush(first, "m1", "m2", "m3")
     redis_client.lpush(retry, "m4")
     assert json_out("stats")["queues"] == {first: 3, retry: 1}
