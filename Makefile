@@ -10,7 +10,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 # The tests use their own database (15) of the local Redis unless told otherwise.
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
-.PHONY: install venv redis demo test lint bench bench-schedule clean
+.PHONY: install venv redis demo test lint bench bench-schedule chaos clean
 
 install venv: $(STAMP)
 
@@ -46,6 +46,11 @@ bench: $(STAMP)
 
 bench-schedule: $(STAMP)
 	$(BIN)/python -m bench.schedule $(BENCH_ARGS)
+
+# Fault run under load on private Redis, receivers and workers: SIGKILL, SIGTERM, a Redis
+# restart, scale-out, a flapping receiver (summary in bench/results/chaos.json).
+chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
