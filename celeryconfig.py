@@ -59,6 +59,9 @@ broker_transport_options = {
     # one comes back within about 1.1 x the visibility timeout.
     "unacked_restore_interval": max(1, round(_settings.visibility_timeout / 10)),
     "unacked_restore_throttle": 1,
+    # The lock a worker holds while it restores such messages: a worker killed while holding
+    # it would stop every restore for kombu's default 300 s. A sweep takes milliseconds.
+    "unacked_mutex_expire": 10,
 }
 # Retry publishing (a first delivery or a retry) for a few seconds when Redis blips, instead of
 # failing at once; past that the caller gets the error (send_webhook) or the event is

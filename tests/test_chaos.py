@@ -26,6 +26,7 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = [
+    pytest.mark.chaos,
     pytest.mark.integration,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
 ]
