@@ -185,10 +185,32 @@ class Publications:
         self.events.append((routing_key, args[0], kwargs["event_id"]))
 
     def remove_from_broker(self, client: Any) -> None:
-        """Take this test's messages off the list, so that no later worker delivers them."""
+        """Take this test's messages off the list, so that no later worker delivers them;
+        for those a running worker took already, wait (briefly) for their outcome and drop a
+        scheduled retry, so nothing this test started lands in the next test's Redis."""
+        taken = set(self.task_ids)
         for message in client.lrange(DELIVERY_QUEUE, 0, -1):
-            if json.loads(message)["headers"]["id"] in self.task_ids:
+            task_id = json.loads(message)["headers"]["id"]
+            if task_id in taken:
                 client.lrem(DELIVERY_QUEUE, 0, message)
+                taken.discard(task_id)
+        if not taken:
+            return
+        from app.deadletter import DeadLetterQueue
+        from app.gates import Gate
+        from app.schedule import RetrySchedule
+
+        queue, gate, schedule = DeadLetterQueue(), Gate(), RetrySchedule()
+        ids = [(endpoint_id, event_id) for (_, endpoint_id, event_id), task_id
+               in zip(self.events, self.task_ids, strict=True) if task_id in taken]
+        deadline = time.monotonic() + 5
+        for endpoint_id, event_id in ids:
+            key = f"{endpoint_id}/{event_id}"
+            while time.monotonic() < deadline and not (
+                    queue.get(key) or gate.is_delivered(endpoint_id, event_id)
+                    or client.zscore("hookline:{schedule}:due", key) is not None):
+                time.sleep(0.05)
+            schedule.unpark([key])
 
 
 @pytest.fixture
