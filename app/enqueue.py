@@ -67,8 +67,16 @@ def enqueue_prepared(event: PreparedEvent) -> str:
         args=(event.endpoint_id, event.event_type, event.payload),
         kwargs={"event_id": event.event_id, "deadline": event.deadline},
         task_id=event.event_id,
+        argsrepr=shown_args(event.endpoint_id, event.event_type, event.payload),
     )
     return event.event_id
+
+
+def shown_args(endpoint_id: str, event_type: str, payload: Any) -> str:
+    """What Flower and the worker's log show as the task's arguments: the endpoint and event
+    type, and the payload's size, not its content (it may hold personal data)."""
+    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    return repr((endpoint_id, event_type, f"<payload: {size} bytes>"))
 
 
 def send_webhook(

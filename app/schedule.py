@@ -77,7 +77,7 @@ class ScheduleStats:
 
 def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: dict[str, Any],
                   retries: int, queue: str, parent_id: str | None = None,
-                  root_id: str | None = None) -> str:
+                  root_id: str | None = None, argsrepr: str | None = None) -> str:
     """The message kombu's Redis transport would push for this task onto ``queue``, as JSON.
 
     Built with Celery's and kombu's own functions (``create_task_message``,
@@ -85,6 +85,7 @@ def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: 
     """
     headers, properties, body, _ = app.amqp.create_task_message(
         task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
+        argsrepr=argsrepr,
     )
     content_type, content_encoding, data = serialize(body, serializer="json")
     with app.producer_or_acquire() as producer:

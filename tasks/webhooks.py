@@ -27,6 +27,7 @@ from app.delivery import (
     validate_event,
 )
 from app.endpoints import ENDPOINT_ID_PATTERN
+from app.enqueue import shown_args
 from app.logs import log_event
 from app.policy import compute_backoff
 from app.schedule import RetrySchedule, ScheduleFull, build_message
@@ -80,7 +81,7 @@ class DeliveryTask(Task):
             message = build_message(
                 self.app, task_name=self.name, task_id=request.id, args=args, kwargs=kwargs,
                 retries=request.retries + 1, queue=RETRY_QUEUE, parent_id=request.parent_id,
-                root_id=request.root_id,
+                root_id=request.root_id, argsrepr=shown_args(*args[:3]) if len(args) >= 3 else None,
             )
             RetrySchedule().park(endpoint_id=args[0], event_id=event_id, countdown=countdown,
                                  message=message, last_status=last_status,

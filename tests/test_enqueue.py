@@ -78,3 +78,19 @@ def test_invalid_retry_override_is_refused_with_the_setting_named():
         EndpointRegistry().add("ep", "http://127.0.0.1:9/", retry_policy={"max_backoff": 10**7})
     with pytest.raises(EndpointError, match="unknown retry setting"):
         EndpointRegistry().add("ep", "http://127.0.0.1:9/", retry_policy={"retries": 3})
+
+
+def test_flower_and_logs_see_the_payload_size_not_the_payload(endpoint, published):
+    from celery.signals import after_task_publish
+
+    shown: list[str] = []
+
+    def capture(headers=None, **_):
+        shown.append(headers["argsrepr"])
+
+    after_task_publish.connect(capture, weak=False)
+    try:
+        send_webhook("shop", "order.created", {"email": "ada@example.com"}, "evt-private")
+    finally:
+        after_task_publish.disconnect(capture)
+    assert shown == ["('shop', 'order.created', '<payload: 27 bytes>')"]
