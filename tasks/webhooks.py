@@ -99,7 +99,8 @@ class DeliveryTask(Task):
             raise Reject(error, requeue=False) from None
         retry = Retry(exc=exc, when=countdown)
         if throw:
-            raise retry
+            # The park is the retry: Celery need not format the chain of exceptions behind it.
+            raise retry from None
         return retry
 
 
@@ -143,8 +144,11 @@ def deliver(
         return {"outcome": "dead_lettered", "reason": "malformed"}
     result = engine().attempt(request, token=uuid.uuid4().hex)
     if isinstance(result, Deferred):  # not an attempt: the count stays
+        # Parked like a retry, but the task ends normally: a deferral is no failure, and an
+        # open breaker defers every event of its endpoint, so it must stay cheap.
         kwargs = {**self.request.kwargs, "rate_slot": result.request.rate_slot or None}
-        raise self.retry(countdown=result.countdown, kwargs=kwargs)
+        self.retry(countdown=result.countdown, kwargs=kwargs, throw=False)
+        return {"outcome": "deferred", "reason": result.reason, "countdown": result.countdown}
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
 
 
