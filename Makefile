@@ -10,7 +10,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 # The tests use their own database (15) of the local Redis unless told otherwise.
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
-.PHONY: install venv redis demo test lint bench bench-schedule chaos clean
+.PHONY: install venv redis demo test lint bench bench-schedule bench-compare chaos clean
 
 install venv: $(STAMP)
 
@@ -39,13 +39,20 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Benchmarks on private Redis servers (results in bench/results/); e.g.
-# `make bench-schedule BENCH_ARGS="--retries 50000"`.
+# `make bench-schedule BENCH_ARGS="--retries 50000"`, `make bench-compare BENCH_ARGS=--quick`.
+# bench.compare quotes the gates and schedule results, so it runs last.
 bench: $(STAMP)
 	$(BIN)/python -m bench.gates
 	$(BIN)/python -m bench.schedule
+	$(BIN)/python -m bench.compare
 
 bench-schedule: $(STAMP)
 	$(BIN)/python -m bench.schedule $(BENCH_ARGS)
+
+# Hookline beside a Celery no-op task and the naive webhook task: throughput, slow receiver,
+# outage isolation, rate limit, enqueue cost; plots in bench/results/.
+bench-compare: $(STAMP)
+	$(BIN)/python -m bench.compare $(BENCH_ARGS)
 
 # Fault run under load on private Redis, receivers and workers: SIGKILL, SIGTERM, a Redis
 # restart, scale-out, a flapping receiver (summary in bench/results/chaos.json).

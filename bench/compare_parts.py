@@ -1,0 +1,263 @@
+"""The measures of ``bench.compare``, one function per part; each returns a JSON-ready dict."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.common import RedisServer
+from bench.compare_meters import CpuMeter, RssSampler
+from bench.compare_procs import EVENT_TYPE, Contender, PoolWorker, ReceiverProcess
+from bench.compare_procs import payload as make_payload
+
+LOOPBACK = "127.0.0.0/8"
+#: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency).
+CONTENDERS: dict[str, tuple[str, str, str, str, int]] = {
+    "noop": ("bench.naive", "naive.noop", "celery", "threads", 32),
+    "naive": ("bench.naive", "naive.webhook", "celery", "threads", 32),
+    "naive_default": ("bench.naive", "naive.webhook", "celery", "prefork", 2),
+    "hookline": ("app", "hookline.deliver", "hookline", "threads", 32),
+}
+SLOW_MS = 100
+RATE, RATE_PER_SECOND = "50/s", 50
+
+
+def worker_env(kind: str, url: str, workdir: Path) -> dict[str, str]:
+    if kind == "bench.naive":
+        return {"BENCH_NAIVE_BROKER_URL": url}
+    return {"REDIS_URL": url, "CELERY_BROKER_URL": url, "HOOKLINE_ALLOWED_NETWORKS": LOOPBACK,
+            "HOOKLINE_METRICS_PORT": "0", "HOOKLINE_LOG_FORMAT": "text",
+            "HOOKLINE_DLQ_SPOOL": str(workdir / f"spool-{url.rsplit(':', 1)[1][:5]}.jsonl")}
+
+
+def start(kind: str, workdir: Path, *, workers: int = 1, name: str = "") -> Contender:
+    """A private Redis and ``workers`` worker processes of contender ``kind`` (not waited on)."""
+    app, task, queue, pool, concurrency = CONTENDERS[kind]
+    name = name or kind
+    server = RedisServer(name, workdir)
+    server.wait_ready()
+    client = redis.Redis(port=server.port, decode_responses=True)
+    contender = Contender(name, server, client, task, queue)
+    for n in range(workers):
+        contender.workers.append(PoolWorker(
+            worker_env(app, server.url, workdir), workdir / f"worker-{name}-{n}.log",
+            app=app, pool=pool, concurrency=concurrency, name=f"{name}{n}"))
+    return contender
+
+
+def target(contender: Contender, receiver: ReceiverProcess, name: str, *, delay_ms: int = 0,
+           refused: bool = False, rate: str | None = None) -> str:
+    """Where a batch goes: a URL (naive, no-op), or an endpoint registered for it (Hookline)."""
+    url = receiver.refuse_url(contender.name) if refused else receiver.url(name, delay_ms)
+    if not contender.hookline:
+        return url
+    from app.endpoints import EndpointRegistry
+
+    EndpointRegistry(contender.client).add(name, url, rate=rate)
+    return name
+
+
+def batch(contender: Contender, receiver: ReceiverProcess, name: str, count: int, *,
+          delay_ms: int = 0) -> dict[str, Any]:
+    """``count`` events to receiver counter ``name``, pushed at once; timed from the push to
+    the last arrival (a no-op: until the queue is drained). Worker RSS is the maximum seen."""
+    messages = contender.messages(target(contender, receiver, name, delay_ms=delay_ms),
+                                  name, count)
+    sampler = RssSampler(contender.workers)
+    meter = CpuMeter(contender.workers, contender.client, receiver.process.pid)
+    timeout = 60 + count / 10
+    try:
+        started = contender.push(messages)
+        duplicates: int | None = 0
+        if contender.name == "noop":
+            ended = contender.wait_drained(timeout)
+        else:
+            stats = receiver.wait(name, count, timeout, contender.workers)
+            ended = stats["last"]
+            duplicates = stats["hits"] - stats["distinct"] if contender.hookline else None
+    finally:
+        rss = sampler.stop()
+    seconds = ended - started
+    cpu, calls = meter.per_event(count)
+    return {"events": count, "seconds": round(seconds, 3), "per_second": round(count / seconds, 1),
+            "rss_max_mb": rss, "duplicates": duplicates, "cpu_ms": cpu,
+            "redis_commands": round(sum(calls.values()), 2), "redis_commands_by_name": calls}
+
+
+def throughput(contenders: dict[str, Contender], receiver: ReceiverProcess, events: int,
+               slow_default_events: int, rounds: int = 1) -> dict[str, Any]:
+    """Parts 1 and 2: every contender at 0 ms (``rounds`` times, in turn), then every one but
+    the no-op at 100 ms."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    for number in range(rounds):
+        for name, contender in contenders.items():
+            runs[name].append(batch(contender, receiver, f"{name}-fast{number}", events))
+            print(f"  {name} 0 ms: {runs[name][-1]['per_second']:.0f}/s", flush=True)
+    fast = {name: combine(batches) for name, batches in runs.items()}
+    slow = {}
+    for name, contender in contenders.items():
+        if name == "noop":
+            continue
+        count = slow_default_events if name == "naive_default" else events
+        slow[name] = batch(contender, receiver, f"{name}-slow", count, delay_ms=SLOW_MS)
+        print(f"  {name} {SLOW_MS} ms: {slow[name]['per_second']:.0f}/s", flush=True)
+    return {"fast": fast, "slow": slow}
+
+
+def combine(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one contender as one: events/s over all of them, the largest RSS, mean CPU."""
+    events = sum(b["events"] for b in batches)
+    seconds = sum(b["seconds"] for b in batches)
+    cpu = {key: round(sum(b["cpu_ms"][key] for b in batches) / len(batches), 3)
+           for key in batches[0]["cpu_ms"]}
+    return {**batches[-1], "events": events, "seconds": round(seconds, 3),
+            "per_second": round(events / seconds, 1), "cpu_ms": cpu,
+            "rss_max_mb": max(b["rss_max_mb"] for b in batches),
+            "rounds": [b["per_second"] for b in batches]}
+
+
+def outage(contender: Contender, receiver: ReceiverProcess, events: int,
+           window: float) -> dict[str, Any]:
+    """Part 4: events/2 to a healthy endpoint alone, then events/2 healthy interleaved with
+    events/2 to an endpoint that resets every connection; the attempts the dead one got until
+    ``window`` s or the healthy events' end, whichever is later."""
+    half = events // 2
+    solo = batch(contender, receiver, f"{contender.name}-solo", half)
+    healthy = target(contender, receiver, f"{contender.name}-healthy")
+    failing = target(contender, receiver, f"{contender.name}-failing", refused=True)
+    good = contender.messages(healthy, "healthy", half)
+    bad = contender.messages(failing, "failing", half)
+    messages = [m for pair in zip(good, bad, strict=True) for m in pair]
+    sampler = RssSampler(contender.workers)
+    try:
+        started = contender.push(messages)
+        stats = receiver.wait(f"{contender.name}-healthy", half, 60 + events / 10,
+                              contender.workers)
+        time.sleep(max(0.0, started + window - time.time()))
+    finally:
+        rss = sampler.stop()
+    healthy_seconds = stats["last"] - started
+    window = max(window, healthy_seconds)
+    attempts = [t - started for t in receiver.times(contender.name) if t - started <= window]
+    return {"solo": solo, "healthy_events": half, "failing_events": half,
+            "healthy_seconds": round(healthy_seconds, 3),
+            "healthy_per_second": round(half / healthy_seconds, 1),
+            "ratio": round(half / healthy_seconds / solo["per_second"], 3),
+            "window_seconds": round(window, 1), "rss_max_mb": rss,
+            "failing_attempts_window": len(attempts),
+            "failing_attempts_healthy_phase": sum(1 for t in attempts if t <= healthy_seconds),
+            "attempt_times": [round(t, 4) for t in attempts]}
+
+
+def busiest_windows(times: list[float], width: float, limit: int) -> tuple[int, int]:
+    """The most requests in any window [t, t + width) starting at a request, and how many such
+    windows hold more than ``limit`` (tests/test_shared_gates.py's busiest_window, counting)."""
+    times = sorted(times)
+    most = start = 0
+    for end, at in enumerate(times):
+        while at - times[start] >= width:
+            start += 1
+        most = max(most, end - start + 1)
+    over = sum(1 for first, at in enumerate(times)  # windows starting at each request
+               if first + limit < len(times) and times[first + limit] - at < width)
+    return most, over
+
+
+def send_times(client: redis.Redis, endpoint_id: str, events: int) -> list[float]:
+    """When each attempt left a worker, from Hookline's attempt history (end - latency):
+    the limiter's view, before the variable delay to the receiver's arrival time."""
+    from app.history import history_key
+
+    pipe = client.pipeline(transaction=False)
+    for n in range(events):
+        pipe.lrange(history_key(endpoint_id, f"{endpoint_id}-{n:06d}"), 0, -1)
+    records = [json.loads(text) for texts in pipe.execute() for text in texts]
+    return sorted(float(r["at"]) - float(r["latency"]) for r in records)
+
+
+def rate_limit(workdir: Path, receiver: ReceiverProcess, events: int,
+               workers: int = 3) -> dict[str, Any]:
+    """Part 5: ``workers`` Hookline workers drain ``events`` to an endpoint limited to 50/s."""
+    contender = start("hookline", workdir, workers=workers, name="rate")
+    try:
+        contender.wait_consuming()
+        endpoint = target(contender, receiver, "rate", rate=RATE)
+        from app.endpoints import EndpointRegistry
+
+        burst = EndpointRegistry(contender.client).require(endpoint).effective_burst()
+        messages = contender.messages(endpoint, "rate", events)
+        sampler = RssSampler(contender.workers)
+        try:
+            started = contender.push(messages)
+            stats = receiver.wait("rate", events, 60 + 3 * events / RATE_PER_SECOND,
+                                  contender.workers)
+        finally:
+            rss = sampler.stop()
+        times = [t - started for t in receiver.times("rate")]
+        sends = [t - started for t in send_times(contender.client, "rate", events)]
+    finally:
+        contender.stop()
+    ideal = events / RATE_PER_SECOND
+    budget = RATE_PER_SECOND + burst
+    most, over = busiest_windows(times, 1.0, budget)
+    most_100ms, _ = busiest_windows(times, 0.1, budget)
+    sent_most, sent_over = busiest_windows(sends, 1.0, budget)
+    drain = stats["last"] - started
+    return {"workers": workers, "events": events, "rate": RATE, "burst": burst,
+            "budget_per_second": budget, "windows_over_budget": over,
+            "busiest_second": most, "busiest_100ms": most_100ms,
+            "sent_windows_over_budget": sent_over, "sent_busiest_second": sent_most,
+            "sent_requests": len(sends),
+            "drain_seconds": round(drain, 2), "ideal_seconds": ideal,
+            "drain_ratio": round(drain / ideal, 3), "rss_max_mb": rss,
+            "duplicates": stats["hits"] - stats["distinct"],
+            "request_times": [round(t, 4) for t in times]}
+
+
+@contextmanager
+def _timer(out: dict[str, float], key: str, calls: int) -> Iterator[None]:
+    started = time.perf_counter()
+    yield
+    out[key] = out.get(key, 0.0) + (time.perf_counter() - started) * 1e6 / calls
+
+
+def enqueue_cost(calls: int, blocks: int = 4) -> dict[str, Any]:
+    """Part 7: ``app.send_webhook`` vs ``deliver.delay()`` (and the naive task's ``.delay()``,
+    for reference) on the benchmark's own Redis, no worker; alternating blocks, after a
+    warm-up of 100 calls each. BENCH_NAIVE_BROKER_URL must name that Redis too."""
+    from app import send_webhook
+    from app.endpoints import EndpointRegistry
+    from bench.naive import webhook
+    from tasks.webhooks import deliver
+
+    EndpointRegistry().add("enqueue", "http://127.0.0.1:9/hook")
+    url = "http://127.0.0.1:9/hook"
+    calls_of = {
+        "send_webhook_us": lambda n: send_webhook("enqueue", EVENT_TYPE, make_payload(n)),
+        "delay_us": lambda n: deliver.delay("enqueue", EVENT_TYPE, make_payload(n)),
+        "naive_delay_us": lambda n: webhook.delay(url, {"type": EVENT_TYPE,
+                                                        "data": make_payload(n)}),
+    }
+    per_call: dict[str, float] = {}
+    size = max(1, calls // blocks)
+    try:
+        for call in calls_of.values():
+            for n in range(100):
+                call(n)
+        for _ in range(blocks):
+            for key, call in calls_of.items():
+                with _timer(per_call, key, size * blocks):
+                    for n in range(size):
+                        call(n)
+    finally:
+        webhook.app.close()
+    result: dict[str, Any] = {k: round(v, 1) for k, v in per_call.items()}
+    result.update(calls=size * blocks, ratio=round(per_call["send_webhook_us"]
+                                                  / per_call["delay_us"], 2))
+    return result

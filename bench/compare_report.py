@@ -1,0 +1,178 @@
+"""Judging and printing what ``bench.compare`` measured: targets, anomalies, markdown tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+METHOD = (
+    "Each contender has its own redis-server (no persistence, noeviction) and worker "
+    "subprocess(es); all of them run on the same 2 cores as the receiver and this script. "
+    "Events are ready-made broker messages LPUSHed in pipelines of 1,000 (what kombu's publish "
+    "does), so publishing is not timed. Throughput = events / (push -> the receiver's arrival "
+    "time of the last request); the no-op: until the queue and kombu's unacked hash are empty. "
+    "Each worker first drains a warm-up of 200 events. Receiver: bench/compare_receiver.py, "
+    "one asyncio loop in its own process, HTTP/1.1 keep-alive, 204 (no nginx installed). "
+    "Worker RSS = VmRSS of the worker and its children, max of samples every 0.2 s during the "
+    "batch. Outage: the dead endpoint is a port that accepts and resets each connection (a "
+    "closed port would refuse as fast, but count nothing); its attempts are its accepted "
+    "connections, counted from the push over the window. Hookline runs with its defaults "
+    "(breaker threshold 5, cool-down 30 s, -P threads -c 32, prefetch 1), "
+    "HOOKLINE_ALLOWED_NETWORKS=127.0.0.0/8 and no metrics port. The naive task runs on "
+    "Celery's defaults (early ack, prefetch 4, max_retries 3, no task events). Rate limit: "
+    "windows [t, t + 1 s) starting at each arrival holding more than rate + burst = 55 "
+    "requests; drain = push -> last arrival, ideal = events / 50."
+)
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def stored_results() -> dict[str, Any]:
+    """Parts 3 and 6 from the gates and schedule benchmarks' last results, if any."""
+    out: dict[str, Any] = {"round_trips": None, "retry_backlog": None}
+    if gates := _load("gates.json"):
+        commands = gates["commands"]
+        out["round_trips"] = {
+            "date": gates["machine"]["date"], "per_delivery_gates": commands["round_trips_gates"],
+            "per_delivery_all": commands["round_trips_all"],
+            "inside_scripts": commands["inside_scripts"],
+            "gated_vs_ungated": round(gates["throughput"]["ratio"], 3)}
+    if schedule := _load("schedule.json"):
+        memory = schedule["memory"]
+        hookline, naive = memory["hookline"], memory["naive"]
+        out["retry_backlog"] = {
+            "date": schedule["machine"]["date"], "retries": hookline["retries"],
+            "hookline_rss_mb": hookline["held"]["rss_mb"], "naive_rss_mb": naive["held"]["rss_mb"],
+            "hookline_kb_per_retry": hookline["worker_kb_per_retry_marginal"],
+            "naive_kb_per_retry": naive["worker_kb_per_retry_marginal"],
+            "hookline_redis_bytes_per_retry": hookline["redis_bytes_per_retry"],
+            "naive_redis_bytes_per_retry": naive["redis_bytes_per_retry"],
+            "release_per_second": schedule["release"]["per_second"]}
+    return out
+
+
+def _target(name: str, value: float, goal: str, met: bool) -> dict[str, Any]:
+    return {"name": name, "value": value, "target": goal, "met": met}
+
+
+def findings(result: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
+    fast, slow, outage, rate = (result["fast"], result["slow"], result["outage"],
+                                result["rate_limit"])
+    hook_naive = fast["hookline"]["per_second"] / fast["naive"]["per_second"]
+    hook_slow = slow["hookline"]["per_second"] / fast["hookline"]["per_second"]
+    targets = [
+        _target("1. Hookline / naive, 0 ms", round(hook_naive, 2), ">= 1.0 (aim 1.3)",
+                hook_naive >= 1.0),
+        _target("2. Hookline at 100 ms / at 0 ms", round(hook_slow, 2), ">= 0.8",
+                hook_slow >= 0.8),
+        *(_target(f"4. {name}: healthy endpoint's events/s beside a dead one / {label}",
+                  outage[name][key], ">= 0.9", outage[name][key] >= 0.9)
+          for name in ("hookline", "naive")
+          for key, label in (("ratio", "alone"),
+                             ("shared_ratio", "beside a healthy one (half of row 1)"))),
+        _target("5. 1-s windows over budget (50/s + burst 5), at the receiver",
+                rate["windows_over_budget"], "0", rate["windows_over_budget"] == 0),
+        _target("5. 1-s windows over budget, at the senders (attempt history)",
+                rate["sent_windows_over_budget"], "0", rate["sent_windows_over_budget"] == 0),
+        _target("5. drain time / ideal", rate["drain_ratio"], "<= 1.1 (aim)",
+                rate["drain_ratio"] <= 1.1),
+    ]
+    anomalies = []
+    for label, part in [*(("0 ms " + n, b) for n, b in fast.items()),
+                        *(("100 ms " + n, b) for n, b in slow.items()),
+                        ("rate limit", rate),
+                        *(("outage solo " + n, o["solo"]) for n, o in outage.items())]:
+        if part.get("duplicates"):
+            anomalies.append(f"{label}: {part['duplicates']} requests sent twice")
+    for store, name in ((result["round_trips"], "gates.json"),
+                        (result["retry_backlog"], "schedule.json")):
+        if store is None:
+            anomalies.append(f"no bench/results/{name}: run make bench (parts 3 and 6)")
+    return anomalies, targets
+
+
+def _n(value: float | None, unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:,.0f}{unit}"
+
+
+def report(result: dict[str, Any]) -> str:
+    info, options = result["machine"], result["options"]
+    fast, slow, outage, rate = (result["fast"], result["slow"], result["outage"],
+                                result["rate_limit"])
+    names = ["noop", "naive", "naive_default", "hookline"]
+    heads = ["no-op (threads 32)", "naive (threads 32)", "naive default (prefork 2)",
+             "Hookline (threads 32)"]
+    slow_default = slow["naive_default"]["events"]
+    lines = [
+        f"Hookline vs Celery, {info['date']}: {info['cpus']} CPUs ({info['cpu_model']}), load "
+        f"{info['load_average']} at the start, {info['load_average_end']} at the end (other "
+        f"processes than this benchmark's: {info['other_cores_mean']} cores on average, "
+        f"{info['other_cores_peak_2s']} at most over 2 s), Python "
+        f"{info['python']}, Celery {info['celery']}, kombu {info['kombu']}, Redis "
+        f"{info['redis_server']} (redis-py {info['redis_py']}); {options['events']:,} events per "
+        f"batch, each contender on its own Redis. Code: {info['commit']}"
+        + (f" plus uncommitted {', '.join(info['uncommitted'])}." if info["uncommitted"] else "."),
+        "",
+        "| measure | " + " | ".join(heads) + " |",
+        "|---|" + "---|" * len(names),
+        "| 1. events/s, receiver answers at once | "
+        + " | ".join(_n(fast[n]["per_second"], "/s") for n in names) + " |",
+        "| 2. events/s, receiver answers after 100 ms | n/a | "
+        + " | ".join(_n(slow[n]["per_second"], "/s") + (f" ({slow_default:,} events)"
+                     if n == "naive_default" else "") for n in names[1:]) + " |",
+        "| worker RSS max, 0 ms / 100 ms | " + " | ".join(
+            f"{fast[n]['rss_max_mb']:.0f} MB" + (f" / {slow[n]['rss_max_mb']:.0f} MB"
+                                                  if n in slow else "") for n in names) + " |",
+        "| CPU ms per event at 0 ms: worker + its Redis + receiver | " + " | ".join(
+            "{worker:.2f} + {redis:.2f} + {receiver:.2f}".format(**fast[n]["cpu_ms"])
+            for n in names) + " |",
+        "",
+        "| measure | value | target | met |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {t['name']} | {t['value']} | {t['target']} | {'yes' if t['met'] else 'NO'} |"
+              for t in result["targets"]]
+    lines.append(f"| 1. Hookline / no-op | "
+                 f"{fast['hookline']['per_second'] / fast['noop']['per_second']:.2f} | "
+                 "reported | |")
+    for name in ("hookline", "naive"):
+        o = outage[name]
+        lines.append(
+            f"| 4. {name}: healthy events/s alone -> beside the dead endpoint; connection "
+            f"attempts the dead one got while the healthy events drained / in the "
+            f"{o['window_seconds']:g} s observed; worker RSS max | "
+            f"{o['solo']['per_second']:.0f}/s -> {o['healthy_per_second']:.0f}/s; "
+            f"{o['failing_attempts_healthy_phase']:,} / {o['failing_attempts_window']:,} "
+            f"attempts for {o['failing_events']:,} events; {o['rss_max_mb']:.0f} MB "
+            f"| reported | |")
+    lines.append(f"| 5. rate limit: busiest 1 s at the receiver / at the senders, busiest "
+                 f"100 ms at the receiver; drain | {rate['busiest_second']} / "
+                 f"{rate['sent_busiest_second']} / {rate['busiest_100ms']} requests; "
+                 f"{rate['drain_seconds']:.1f} s for "
+                 f"{rate['events']:,} events (ideal {rate['ideal_seconds']:g} s) | reported | |")
+    if trips := result["round_trips"]:
+        lines.append(f"| 3. Redis round trips per delivery (gates.json, {trips['date'][:10]}) | "
+                     f"{trips['per_delivery_gates']:.2f} (every command: "
+                     f"{trips['per_delivery_all']:.2f}; {trips['inside_scripts']:.1f} more "
+                     "inside the scripts) | 2 | |")
+    if backlog := result["retry_backlog"]:
+        lines.append(
+            f"| 6. {backlog['retries']:,} waiting retries, worker RSS Hookline / Celery "
+            f"countdown (schedule.json, {backlog['date'][:10]}) | {backlog['hookline_rss_mb']:.0f}"
+            f" MB / {backlog['naive_rss_mb']:.0f} MB ({backlog['hookline_kb_per_retry']} / "
+            f"{backlog['naive_kb_per_retry']} KB per retry; Redis "
+            f"{backlog['hookline_redis_bytes_per_retry']:,.0f} B per parked retry) | reported | |")
+    enqueue = result["enqueue"]
+    lines.append(f"| 7. enqueue, µs per call: send_webhook / deliver.delay() (naive task's "
+                 f".delay()) | {enqueue['send_webhook_us']:,.0f} / {enqueue['delay_us']:,.0f} "
+                 f"({enqueue['naive_delay_us']:,.0f}); {enqueue['ratio']}x, "
+                 f"{enqueue['calls']:,} calls each | reported | |")
+    lines += ["", f"Plots: {', '.join(result.get('plots', [])) or 'none'} (bench/results/).",
+              "", f"Method: {result['method']}"]
+    lines += [f"ANOMALY: {text}" for text in result["anomalies"]]
+    return "\n".join(lines)
