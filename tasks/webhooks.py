@@ -13,7 +13,7 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import before_task_publish, task_failure
 from kombu.exceptions import KombuError
 
-from app import metrics
+from app import metrics, store
 from app.celery import RETRY_QUEUE, app
 from app.config import settings
 from app.deadletter import DeadLetter, DeadLetterQueue
@@ -33,6 +33,7 @@ from app.policy import compute_backoff
 from app.schedule import RetrySchedule, ScheduleFull, build_message
 
 _engine: DeliveryEngine | None = None
+_schedule: RetrySchedule | None = None
 
 
 def engine() -> DeliveryEngine:
@@ -40,6 +41,14 @@ def engine() -> DeliveryEngine:
     if _engine is None:
         _engine = DeliveryEngine()
     return _engine
+
+
+def schedule() -> RetrySchedule:
+    """This process's retry schedule (its scripts registered once, not at every park)."""
+    global _schedule
+    if _schedule is None or _schedule.redis is not store.client():
+        _schedule = RetrySchedule()
+    return _schedule
 
 
 class DeliveryTask(Task):
@@ -83,7 +92,7 @@ class DeliveryTask(Task):
                 retries=request.retries + 1, queue=RETRY_QUEUE, parent_id=request.parent_id,
                 root_id=request.root_id, argsrepr=shown_args(*args[:3]) if len(args) >= 3 else None,
             )
-            RetrySchedule().park(endpoint_id=args[0], event_id=event_id, countdown=countdown,
+            schedule().park(endpoint_id=args[0], event_id=event_id, countdown=countdown,
                                  message=message, last_status=last_status,
                                  last_error=last_error)
         except ScheduleFull as full:
