@@ -26,6 +26,7 @@ from celery import Celery
 from app.endpoints import EndpointRegistry
 from app.schedule import DUE_KEY
 from tests.conftest import ROOT, TEST_ENV, WorkerProcess, wait_until
+from tests.test_shared_gates import busiest_window
 
 EVENTS = 200
 RATE = 20  # per second
@@ -89,17 +90,6 @@ def receiver_process(tmp_path) -> Iterator[tuple[str, Requests]]:
     yield f"http://127.0.0.1:{port}", requests
     process.terminate()
     process.wait(10)
-
-
-def busiest_window(times: list[float], width: float = 1.0) -> int:
-    """Most requests in any window [t, t + width) starting at a request."""
-    times = sorted(times)
-    most, start = 0, 0
-    for end, at in enumerate(times):
-        while at - times[start] >= width:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
 
 
 def outcomes(node: WorkerProcess) -> Counter[str]:
