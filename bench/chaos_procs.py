@@ -21,6 +21,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bench.common import stop_process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -37,17 +39,6 @@ def clean_env(extra: dict[str, str]) -> dict[str, str]:
             if not key.startswith(("HOOKLINE_", "CELERY_", "PROMETHEUS_"))
             and key not in ("REDIS_URL",)}
     return {**kept, **extra}
-
-
-def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
-                 timeout: float = 20.0) -> None:
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class AofRedis:

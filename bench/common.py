@@ -7,6 +7,7 @@ Nothing here imports ``app``: the caller sets the environment (REDIS_URL...) fir
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,7 +33,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _stop(process: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+                 timeout: float = 20.0) -> None:
+    """Signal ``process`` and wait for it; kill it if it outlives ``timeout``."""
     if process.poll() is None:
         process.send_signal(sig)
         try:
@@ -106,7 +110,7 @@ class RedisServer:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        _stop(self.process, signal.SIGTERM, 10.0)
+        stop_process(self.process, timeout=10.0)
 
 
 class Worker:
@@ -134,7 +138,7 @@ class Worker:
 
     def stop(self) -> None:
         """Warm shutdown (SIGTERM), then SIGKILL if it hangs."""
-        _stop(self.process, signal.SIGTERM, 20.0)
+        stop_process(self.process)
 
 
 class FastReceiver:
@@ -201,3 +205,27 @@ class FastReceiver:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run_bench(run: Callable[[Any], dict[str, Any]], options: Any,
+              report: Callable[[dict[str, Any]], str]) -> int:
+    """Run a benchmark, write its result to ``options.output`` and print its report.
+
+    SIGTERM ends it like Ctrl-C: ``run`` stops everything it started on the way out."""
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    started = time.monotonic()
+    try:
+        result = run(options)
+    except KeyboardInterrupt:
+        print("interrupted; everything started was stopped", file=sys.stderr)
+        return 130
+    result["duration_seconds"] = round(time.monotonic() - started, 1)
+    options.output.parent.mkdir(parents=True, exist_ok=True)
+    options.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(report(result))
+    print(f"\n{result['duration_seconds']}s; written to {options.output}")
+    return 0

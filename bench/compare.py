@@ -46,7 +46,7 @@ from typing import Any
 
 import redis
 
-from bench.common import RedisServer, machine
+from bench.common import RedisServer, exit_on_sigterm, machine
 from bench.compare_meters import LoadMonitor
 from bench.compare_parts import (
     CONTENDERS,
@@ -62,7 +62,7 @@ from bench.compare_plots import RESULTS, plot_rate, plot_storm
 from bench.compare_plots import check as check_plots
 from bench.compare_procs import ReceiverProcess
 from bench.compare_report import METHOD, findings, report, stored_results
-from bench.schedule_tools import hold_signals, terminate
+from bench.schedule_tools import hold_signals
 
 OUTPUT = RESULTS / "compare.json"
 
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--events must be at least 10")
     if not options.no_plots and (problem := check_plots()):
         parser.error(problem)
-    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     started = time.monotonic()
     try:
         result = run(options)

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 import requests
 
-from bench.common import ROOT, RedisServer, Worker, _stop
+from bench.common import ROOT, RedisServer, Worker, stop_process
 
 EVENT_TYPE = "order.paid"
 
@@ -84,7 +84,7 @@ class ReceiverProcess:
 
     def stop(self) -> None:
         self.session.close()
-        _stop(self.process, signal.SIGTERM, 10.0)
+        stop_process(self.process, timeout=10.0)
         self._log.close()
 
 

@@ -23,7 +23,6 @@ stopped on the way out, Ctrl-C included.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -37,7 +36,7 @@ from typing import Any
 import redis
 from redis._parsers.helpers import parse_info
 
-from bench.common import ROOT, FastReceiver, RedisServer, Worker, machine
+from bench.common import ROOT, FastReceiver, RedisServer, Worker, machine, run_bench
 from bench.monitor import CommandMonitor, script_names, transaction
 from bench.report import METHOD, findings, report
 
@@ -127,10 +126,6 @@ def measure_commands(bench: Bench, state_url: str, events: int) -> dict[str, Any
     }
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def _hold_signals() -> None:
     """While stopping what it started, the benchmark ignores a second Ctrl-C."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -200,19 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.events < 1 or options.rounds < 1 or options.concurrency < 1:
         parser.error("--events, --rounds and --concurrency must be at least 1")
-    signal.signal(signal.SIGTERM, _terminate)
-    started = time.monotonic()
-    try:
-        result = run(options)
-    except KeyboardInterrupt:
-        print("interrupted; everything started was stopped", file=sys.stderr)
-        return 130
-    result["duration_seconds"] = round(time.monotonic() - started, 1)
-    options.output.parent.mkdir(parents=True, exist_ok=True)
-    options.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(report(result))
-    print(f"\n{result['duration_seconds']}s; written to {options.output}")
-    return 0
+    return run_bench(run, options, report)
 
 
 if __name__ == "__main__":

@@ -31,9 +31,7 @@ Ctrl-C included.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from typing import Any
 
 import redis
 
-from bench.common import RedisServer, Worker, machine
+from bench.common import RedisServer, Worker, machine, run_bench
 from bench.schedule_report import METHOD, findings, percentile, report
 from bench.schedule_tools import (
     ENDPOINT,
@@ -55,7 +53,6 @@ from bench.schedule_tools import (
     marginal_kb,
     memory,
     publish,
-    terminate,
     wait_consuming,
     wait_count,
     worker_env,
@@ -279,19 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.retries < 1 or options.events < 1:
         parser.error("--retries and --events must be at least 1")
-    signal.signal(signal.SIGTERM, terminate)
-    started = time.monotonic()
-    try:
-        result = run(options)
-    except KeyboardInterrupt:
-        print("interrupted; everything started was stopped", file=sys.stderr)
-        return 130
-    result["duration_seconds"] = round(time.monotonic() - started, 1)
-    options.output.parent.mkdir(parents=True, exist_ok=True)
-    options.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(report(result))
-    print(f"\n{result['duration_seconds']}s; written to {options.output}")
-    return 0
+    return run_bench(run, options, report)
 
 
 if __name__ == "__main__":

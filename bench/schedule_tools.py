@@ -146,10 +146,6 @@ def marginal_kb(progress: list[dict[str, float]], count: int, rss_mb: float) -> 
     return round((rss_mb - base["rss_mb"]) * 1024 / (count - base["count"]), 2)
 
 
-def terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
-
-
 def hold_signals(*exc_info: Any) -> bool:
     """While stopping what it started after an error or Ctrl-C, the benchmark ignores a
     second Ctrl-C (pushed last onto an ExitStack, so it runs first)."""
