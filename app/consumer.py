@@ -30,8 +30,10 @@ def dead_letter_raw(message: Any, problem: str) -> None:
 
 
 def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
-                     task_name: Any = None) -> None:
-    """Keep the raw text of an unusable message in the dead-letter queue; never raises."""
+                     task_name: Any = None) -> bool:
+    """Keep the raw text of an unusable message in the dead-letter queue; never raises.
+
+    Returns whether it was kept (False when Redis refused it: the caller keeps the text)."""
     try:
         event_id = str(task_id or f"raw-{uuid.uuid4()}")[:200]
         DeadLetterQueue().add(DeadLetter(
@@ -41,8 +43,10 @@ def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
         ))
         log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id="invalid",
                   event_id=event_id, reason="malformed", error=problem[:200])
+        return True
     except Exception:  # the consumer must go on whatever happens here
         logging.getLogger("hookline").exception("could not dead-letter an unusable message")
+        return False
 
 
 class HooklineConsumer(Consumer):

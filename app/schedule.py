@@ -27,6 +27,7 @@ from kombu.utils.json import dumps as json_dumps
 from app import store
 from app.config import settings
 from app.logs import log_event
+from app.store import DOORBELL_KEY, ring
 
 DUE_KEY = "hookline:{schedule}:due"
 MESSAGES_KEY = "hookline:{schedule}:messages"
@@ -148,7 +149,8 @@ class RetrySchedule:
         """
         if broker is None:
             limit = queue_limit or settings().retry_queue_limit
-            reply = self._release(keys=[*SCHEDULE_KEYS, queue], args=[batch, limit, "push"])
+            reply = self._release(keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY],
+                                  args=[batch, limit, "push"])
         else:
             reply = self._release(keys=[*SCHEDULE_KEYS, RELEASING_KEY],
                                   args=[batch, round(CLAIM_LEASE * 1000), "claim"])
@@ -158,6 +160,7 @@ class RetrySchedule:
                 for message in messages:
                     if message:
                         pipe.lpush(queue, message)
+                ring(pipe)
                 pipe.execute()
                 self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY], args=ids)
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])

@@ -19,6 +19,14 @@ _client: tuple[int, str, redis.Redis] | None = None
 
 #: Key of the set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
+#: The broker's doorbell: a one-entry stream every push onto a queue adds to, so idle
+#: consumers blocked on it wake (app/broker.py).
+DOORBELL_KEY = "hookline:broker:doorbell"
+
+
+def ring(pipe: redis.Redis | redis.client.Pipeline) -> object:
+    """Add the doorbell entry to ``pipe`` (a pipeline or client), after a push onto a queue."""
+    return pipe.xadd(DOORBELL_KEY, {"n": "1"}, maxlen=1, approximate=False)
 
 
 def endpoint_key(endpoint_id: str) -> str:

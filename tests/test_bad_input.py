@@ -44,6 +44,8 @@ def test_a_receiver_closing_mid_response_is_judged_by_its_status(receiver):
     ("raw", "problem"),
     [
         (b"this is not json at all", "not a broker message"),
+        (b'{"hello": "json, but not a kombu envelope"}', "not a broker message"),
+        (b"[1, 2, 3]", "not a broker message"),
         (json.dumps({"body": "e30=", "headers": {"id": "t-unknown", "task": "no.such.task"},
                      "content-type": "application/json", "content-encoding": "utf-8",
                      "properties": {"delivery_tag": "x1", "body_encoding": "base64",
@@ -58,6 +60,9 @@ def test_a_malformed_message_on_the_queue_is_kept_and_the_worker_goes_on(receive
         (e for e in DeadLetterQueue().find(DeadLetterFilter(reason="malformed"))
          if e.id not in before), None))
     assert problem in entry.last_error
+    if problem == "not a broker message":
+        assert entry.payload == raw.decode()  # the item itself, kept as text
+    wait_until(lambda: store.client().llen("hookline") == 0)  # removed once kept, not before
     endpoint = new_endpoint(receiver, always(Reply(204)))
     event_id = send_webhook(endpoint.id, "order.created", {})
     wait_until(lambda: Gate().is_delivered(endpoint.id, event_id))

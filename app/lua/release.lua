@@ -6,6 +6,7 @@
 -- KEYS[4]  hookline:{schedule}:counts
 -- KEYS[5]  the retry queue's list in the broker (same Redis) when ARGV[3] is 'push';
 --          hookline:{schedule}:releasing (sorted set: retry id -> lease end) when 'claim'
+-- KEYS[6]  the broker's doorbell stream ('push' only): idle consumers wake when it grows
 -- ARGV[1]  most retries to release in this call
 -- ARGV[2]  'push': most messages the retry queue may hold (retries wait here, not in the
 --          queue, so first deliveries keep their share of the workers); 'claim': lease, ms
@@ -53,6 +54,9 @@ if room > 0 then
     end
     reply[1] = reply[1] + 1
   end
+end
+if mode == 'push' and reply[1] > 0 then
+  redis.call('XADD', KEYS[6], 'MAXLEN', 1, '*', 'n', '1')
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #head > 0 then

@@ -1,0 +1,148 @@
+"""Hookline's broker transport (app/broker.py) on a real Redis: a message is taken off its queue
+and recorded as unacknowledged in one atomic step, so a consumer that dies at any instant
+loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-lettered."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from kombu import Connection, Consumer, Exchange, Producer, Queue
+
+from app.store import DOORBELL_KEY
+from tests.conftest import TEST_ENV, wait_until
+
+URL = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
+TRANSPORT = "app.broker:Transport"
+
+
+@pytest.fixture
+def db():
+    client = redis.Redis.from_url(URL, decode_responses=True)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+def connect(**options) -> Connection:
+    return Connection(URL, transport=TRANSPORT, transport_options=options)
+
+
+def publish(conn: Connection, body: dict) -> None:
+    Producer(conn.channel(), exchange=QUEUE.exchange, routing_key=QUEUE.routing_key,
+             serializer="json").publish(body, declare=[QUEUE])
+
+
+def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
+    """The consumer sends its take, then dies before reading the reply (the window in which
+    kombu's BRPOP loses a message): the message is in the unacked hash, and the restore
+    sweep puts it back on its queue."""
+    with connect(visibility_timeout=1) as conn:
+        publish(conn, {"n": 1})
+        assert db.llen("broker-test") == 1
+        channel = conn.default_channel
+        channel.basic_consume("broker-test", no_ack=False, callback=lambda m: None,
+                              consumer_tag="t1")
+        channel._wait_from = None
+        conn.transport.cycle._register_BRPOP(channel)  # sends the take on the consuming connection
+        wait_until(lambda: db.llen("broker-test") == 0)
+        channel.client.connection.disconnect()  # "dies": the reply is never read
+        [tag] = db.hkeys("unacked")
+        assert db.zscore("unacked_index", tag) is not None
+        record = db.hget("unacked", tag)
+        assert '"broker-test"' in record and tag in record
+
+        # A sweep after the visibility timeout brings it back, unchanged.
+        wait_until(lambda: time.time() - db.zscore("unacked_index", tag) > 1.0, timeout=5)
+        channel.qos.restore_visible(num=10, interval=1)
+        assert db.llen("broker-test") == 1 and db.hlen("unacked") == 0
+
+    with connect() as conn:
+        got = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+            conn.drain_events(timeout=5)
+        assert got == [{"n": 1}]
+        assert db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+
+
+def test_an_acknowledged_message_leaves_no_record_and_a_rejected_one_goes_back(db):
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        publish(conn, {"n": 2})
+        seen = []
+
+        def handle(body, message):
+            seen.append(body["n"])
+            if body["n"] == 1:
+                message.ack()
+            else:
+                message.reject(requeue=True)
+
+        with Consumer(conn, [QUEUE], callbacks=[handle]):
+            conn.drain_events(timeout=5)
+            conn.drain_events(timeout=5)
+        assert seen == [1, 2]
+        assert db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+        assert db.llen("broker-test") == 1  # the rejected one, back on its queue
+
+
+def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
+    """With a 30 s blocking timeout, a message published while the consumer blocks still
+    arrives within the 10 s drain: the push rang the doorbell."""
+    with connect(brpop_timeout=30) as conn, connect() as producer_conn:
+        got = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)  # queue empty: now blocked on the doorbell
+            assert conn.default_channel._wait_from is not None
+            publish(producer_conn, {"n": 7})
+            assert db.xlen(DOORBELL_KEY) == 1
+            conn.drain_events(timeout=10)  # the wake-up (no message yet: it looks again)
+            if not got:
+                conn.drain_events(timeout=10)
+        assert got == [{"n": 7}]
+
+
+def test_a_push_that_rings_no_doorbell_is_taken_after_the_blocking_timeout(db):
+    """A producer on kombu's stock transport does not ring; its message is still taken."""
+    with connect(brpop_timeout=1) as conn:
+        got = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)
+            with Connection(URL) as stock:  # kombu's own Redis transport
+                publish(stock, {"n": 3})
+            deadline = time.monotonic() + 10
+            while not got and time.monotonic() < deadline:
+                try:
+                    conn.drain_events(timeout=1)
+                except TimeoutError:
+                    pass
+        assert got == [{"n": 3}]
+
+
+def test_a_no_ack_consumer_leaves_no_unacked_record(db):
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        got = []
+        with Consumer(conn, [QUEUE], no_ack=True, callbacks=[lambda body, m: got.append(body)]):
+            conn.drain_events(timeout=5)
+        assert got == [{"n": 1}]
+        assert db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+
+
+def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        db.script_flush()
+        got = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+            deadline = time.monotonic() + 10
+            while not got and time.monotonic() < deadline:
+                try:
+                    conn.drain_events(timeout=1)
+                except TimeoutError:
+                    pass
+        assert got == [{"n": 1}]
