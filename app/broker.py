@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from time import monotonic, time
 from typing import Any
 
@@ -39,11 +40,12 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from app.consumer import dead_letter_text
 from app.store import DOORBELL_KEY, load_script, ring
 
+logger = logging.getLogger("hookline")
 _CONSUME = load_script("consume")
 _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
 
@@ -57,6 +59,46 @@ class QoS(kombu_redis.QoS):
             virtual.QoS.append(self, message, delivery_tag)
             return
         super().append(message, delivery_tag)
+
+    def _closed(self) -> bool:
+        """Whether this channel's connection is gone (closed after Redis went away)."""
+        connection = self.channel.connection
+        return connection is None or connection.client is None
+
+    def ack(self, delivery_tag: str) -> None:
+        if self._closed():
+            # A task that ran across a reconnect finishes on the old channel, which can no
+            # longer reach Redis (kombu 5.7 fails with AttributeError and Celery stops the
+            # worker). Its record stays in the unacked hash: the sweep puts the message back
+            # after the visibility timeout and the idempotency gate sees it was done.
+            logger.warning("broker.ack_deferred: channel closed; left to the sweep")
+            self._delivered.pop(delivery_tag, None)
+            return
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if self._closed():
+            logger.warning("broker.reject_deferred requeue=%s: channel closed; left to the "
+                           "sweep", requeue)
+            self._delivered.pop(delivery_tag, None)
+            return
+        super().reject(delivery_tag, requeue=requeue)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """Put this channel's unacknowledged messages back on their queues (on close).
+
+        When the channel closes because Redis went away, kombu 5.7 fails here with
+        ``AttributeError: 'NoneType' object has no attribute 'hostname'`` (the connection's
+        details are gone) and Celery stops the worker with "Unrecoverable error". The
+        messages are still recorded in the unacked hash, so leaving them there loses nothing:
+        the restore sweep puts them back after the visibility timeout.
+        """
+        try:
+            super().restore_unacked(client)
+        except (AttributeError, RedisError) as exc:
+            logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
+                           "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
+            self._delivered.clear()
 
 
 class Channel(kombu_redis.Channel):

@@ -22,7 +22,9 @@ from typing import Any
 
 import redis
 from kombu.serialization import dumps as serialize
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps as json_dumps
+from kombu.utils.uuid import uuid
 
 from app import store
 from app.config import settings
@@ -81,21 +83,31 @@ def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: 
                   root_id: str | None = None, argsrepr: str | None = None) -> str:
     """The message kombu's Redis transport would push for this task onto ``queue``, as JSON.
 
-    Built with Celery's and kombu's own functions (``create_task_message``,
-    ``prepare_message``), so the worker reads it like any published task.
+    Built with Celery's own ``create_task_message`` and the envelope kombu's virtual channel
+    makes (``prepare_message`` and ``_inplace_augment_message``: base64 body, a fresh delivery
+    tag, the queue as exchange and routing key), so the worker reads it like any published
+    task. Built here rather than through a producer: no broker connection is needed, so a
+    retry can be built (and parked) without one.
     """
     headers, properties, body, _ = app.amqp.create_task_message(
         task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
         argsrepr=argsrepr,
     )
     content_type, content_encoding, data = serialize(body, serializer="json")
-    with app.producer_or_acquire() as producer:
-        channel = producer.channel
-        message = channel.prepare_message(
-            data, 0, content_type, content_encoding, headers,
-            {**properties, "delivery_mode": 2},
-        )
-        channel._inplace_augment_message(message, queue, queue)
+    message = {
+        "body": bytes_to_str(base64.b64encode(str_to_bytes(data))),
+        "content-encoding": content_encoding,
+        "content-type": content_type,
+        "headers": headers,
+        "properties": {
+            **properties,
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": queue, "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": uuid(),
+        },
+    }
     return str(json_dumps(message))
 
 

@@ -101,9 +101,24 @@ class DeliveryTask(Task):
             _dead_letter_unexpected(args, kwargs, request.id, "backlog_full", full,
                                     last_status=last_status, last_error=last_error)
             raise Ignore() from None
+        except (redis.ConnectionError, redis.TimeoutError) as error:
+            # Redis is unreachable (down, restarting, loading its AOF): the message itself is
+            # still recorded as unacknowledged in the broker (that same Redis), which is the
+            # durable next step. Do not acknowledge it: requeued if Redis answers again by the
+            # time the reject is sent, otherwise restored after the visibility timeout. The
+            # idempotency gate stops a second send of an attempt whose delivery was recorded.
+            log_event("schedule.park_failed", level=logging.WARNING, endpoint_id=args[0],
+                      event_id=event_id, error=type(error).__name__, next="redelivered")
+            config = settings()
+            if config.broker_url != config.redis_url:
+                # A broker apart from Hookline's Redis takes the requeue at once: pace it,
+                # or the message would loop through the worker as fast as it can fail.
+                time.sleep(1.0)
+            raise Reject(error, requeue=True) from None
         except (redis.RedisError, KombuError, OSError) as error:
-            # The retry cannot be parked: dead-letter it (spooled to disk if Redis itself is
-            # down) rather than let the message go with nothing to show for it.
+            # The retry cannot be parked though Redis answers (out of memory, a script error):
+            # dead-letter it (spooled to disk if that fails too) rather than let the message
+            # go with nothing to show for it.
             _dead_letter_unexpected(args, kwargs, request.id, "retry_failed", error)
             raise Reject(error, requeue=False) from None
         retry = Retry(exc=exc, when=countdown)

@@ -4,6 +4,7 @@ loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-l
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -33,6 +34,14 @@ def connect(**options) -> Connection:
 def publish(conn: Connection, body: dict) -> None:
     Producer(conn.channel(), exchange=QUEUE.exchange, routing_key=QUEUE.routing_key,
              serializer="json").publish(body, declare=[QUEUE])
+
+
+def drain_until(conn: Connection, condition, timeout: float = 10.0) -> None:
+    """Drain events (each wait at most 1 s) until ``condition()`` holds or ``timeout`` ends."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError):
+            conn.drain_events(timeout=1)
 
 
 def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
@@ -114,12 +123,7 @@ def test_a_push_that_rings_no_doorbell_is_taken_after_the_blocking_timeout(db):
                 conn.drain_events(timeout=0.3)
             with Connection(URL) as stock:  # kombu's own Redis transport
                 publish(stock, {"n": 3})
-            deadline = time.monotonic() + 10
-            while not got and time.monotonic() < deadline:
-                try:
-                    conn.drain_events(timeout=1)
-                except TimeoutError:
-                    pass
+            drain_until(conn, lambda: got)
         assert got == [{"n": 3}]
 
 
@@ -139,10 +143,5 @@ def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
         db.script_flush()
         got = []
         with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
-            deadline = time.monotonic() + 10
-            while not got and time.monotonic() < deadline:
-                try:
-                    conn.drain_events(timeout=1)
-                except TimeoutError:
-                    pass
+            drain_until(conn, lambda: got)
         assert got == [{"n": 1}]

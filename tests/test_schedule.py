@@ -10,6 +10,7 @@ import threading
 import pytest
 import redis
 
+from app import store
 from app.celery import app
 from app.schedule import (
     DUE_KEY,
@@ -159,6 +160,31 @@ def test_a_parked_message_is_the_task_celery_would_have_published(client):
     assert envelope["properties"]["delivery_info"]["routing_key"] == "hookline.retry"
     assert decode_message(text) == (["shop", "order.created", {"order": 1}],
                                     {"event_id": "evt-1", "attempts": 2})
+
+
+def test_a_built_message_has_the_envelope_celery_publishes(client):
+    """Same keys and values as the message Celery's producer pushes for the same task (the
+    ids and tags that are fresh each time aside), so a worker cannot tell them apart."""
+    queue = "hookline.envelope-test"
+    broker = store.client()  # the app's broker
+    broker.delete(queue)
+    app.send_task("hookline.deliver", args=["shop", "order.created", {"order": 1}],
+                  kwargs={"event_id": "evt-1"}, task_id="task-1", queue=queue,
+                  routing_key=queue, exchange=queue)
+    published = json.loads(broker.rpop(queue))
+    built = json.loads(build_message(app, task_name="hookline.deliver", task_id="task-1",
+                                     args=["shop", "order.created", {"order": 1}],
+                                     kwargs={"event_id": "evt-1"}, retries=0, queue=queue))
+    fresh = {"delivery_tag", "correlation_id", "reply_to"}  # per publish / per app
+    assert set(built) == set(published)
+    assert {k: v for k, v in built["properties"].items() if k not in fresh} == \
+        {k: v for k, v in published["properties"].items() if k not in fresh}
+    assert built["properties"]["delivery_tag"] != published["properties"]["delivery_tag"]
+    # The published body carries the enqueue stamp; the task and its arguments are the same.
+    assert decode_message(json.dumps(built))[0] == decode_message(json.dumps(published))[0]
+    same_headers = {"task", "id", "retries", "root_id", "parent_id", "lang", "argsrepr"}
+    assert {k: built["headers"].get(k) for k in same_headers} == \
+        {k: published["headers"].get(k) for k in same_headers}
 
 
 def test_a_separate_broker_gets_claimed_retries_pushed_and_confirmed(client):
