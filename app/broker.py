@@ -111,7 +111,21 @@ class Channel(kombu_redis.Channel):
         self._wait_from: str | None = None
         #: What the pending command on the consuming connection is: 'consume' or 'wait'.
         self._pending = "consume"
+        self._shared_client: tuple[Any, Any] | None = None
         super().__init__(*args, **kwargs)
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        """One client per connection pool, not a new one per call: kombu builds a fresh
+        ``redis.Redis`` (costly in redis-py 8) for every ack and every published event. A
+        client on a pool is thread-safe; the consuming connection (``asynchronous``) keeps
+        kombu's own."""
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        pool = self.pool
+        shared = self._shared_client
+        if shared is None or shared[0] is not pool:
+            shared = self._shared_client = (pool, super()._create_client())
+        return shared[1]
 
     # -- consuming -------------------------------------------------------------------------
 

@@ -49,7 +49,35 @@ def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
         return False
 
 
+#: How long task events (for Flower) are gathered before they are published as one message.
+EVENT_FLUSH_INTERVAL = 0.1
+
+
 class HooklineConsumer(Consumer):
+    """Celery's consumer with two changes: unusable messages are dead-lettered (below), and
+    task events are published in batches.
+
+    Celery buffers task events and publishes the buffer on the event loop's next turn, which
+    on a busy worker is one Redis publish per event, three per delivery: a tenth of a
+    worker's CPU. Here the buffer goes out at most every ``EVENT_FLUSH_INTERVAL`` seconds (or
+    when it holds 24 events) as one ``task.multi`` message, which Flower reads the same way.
+    """
+
+    _events_flush_pending = False
+
+    def on_send_event_buffered(self) -> None:
+        # Called from pool threads: only call_soon is safe there; the timer is set on the loop.
+        if self.hub and not self._events_flush_pending:
+            self._events_flush_pending = True
+            self.hub.call_soon(self._schedule_events_flush)
+
+    def _schedule_events_flush(self) -> None:
+        self.hub.call_later(EVENT_FLUSH_INTERVAL, self._flush_batched_events)
+
+    def _flush_batched_events(self) -> None:
+        self._events_flush_pending = False
+        self._flush_events()
+
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         dead_letter_raw(message, f"undecodable message: {type(exc).__name__}: {exc}")
         super().on_decode_error(message, exc)

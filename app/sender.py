@@ -1,13 +1,14 @@
 """One HTTP attempt: build the Standard Webhooks request, POST it, read a bounded response.
 
-One pooled ``requests.Session`` per worker thread (connections are reused across events to the
-same receiver), connect and read timeouts, redirects never followed, the response body read up
-to a cap and the rest discarded unread. Errors are reduced to short categories that never quote
+One set of urllib3 connection pools per worker thread (connections are reused across events to
+the same receiver), connect and read timeouts, redirects never followed, the response body read
+up to a cap and the rest discarded unread. Errors are reduced to short categories that never quote
 the URL, so a token in a query string cannot leak into logs or the dead-letter queue.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -17,24 +18,26 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
 import urllib3
 from standardwebhooks import Webhook
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 from app import __version__
 from app.config import settings
 from app.endpoints import Endpoint
 from app.ssrf import TargetRefused
-from app.transport import PinnedAdapter, attempt_deadline
+from app.transport import InvalidTarget, PinnedPools, attempt_deadline
 
 USER_AGENT = f"hookline/{__version__}"
 _local = threading.local()
-#: Errors that mean the request cannot be made at all: retrying will not help.
-_UNUSABLE_URL = (
-    requests.exceptions.InvalidURL,
-    requests.exceptions.InvalidSchema,
-    requests.exceptions.MissingSchema,
-)
 
 
 @dataclass(frozen=True)
@@ -87,19 +90,15 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
         "Idempotency-Key": event.id,
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
+        "Accept": "*/*",
     }
 
 
-def session() -> requests.Session:
-    """This thread's session: its connection pool is reused by every attempt on the thread."""
-    current: requests.Session | None = getattr(_local, "session", None)
+def pools() -> PinnedPools:
+    """This thread's connection pools, reused by every attempt on the thread."""
+    current: PinnedPools | None = getattr(_local, "pools", None)
     if current is None:
-        current = requests.Session()
-        current.trust_env = False  # no proxy or .netrc credentials picked up from the environment
-        adapter = PinnedAdapter(pool_connections=32, pool_maxsize=2, max_retries=0)
-        current.mount("http://", adapter)
-        current.mount("https://", adapter)
-        _local.session = current
+        current = _local.pools = PinnedPools(num_pools=32, maxsize=2)
     return current
 
 
@@ -128,77 +127,79 @@ def _post(endpoint: Endpoint, body: str, headers: dict[str, str], read_timeout: 
     timed_out = AttemptResult(status=None, latency=budget,
                               error=f"attempt_timeout: no complete answer within {budget:g}s")
     try:
-        response = session().post(
-            endpoint.url,
-            data=body.encode("utf-8"),
-            headers=headers,
-            timeout=(config.connect_timeout, read_timeout),
-            allow_redirects=False,
-            stream=True,
-        )
+        response = pools().post(endpoint.url, body.encode("utf-8"), headers,
+                                connect_timeout=config.connect_timeout,
+                                read_timeout=read_timeout)
     except TargetRefused as refused:
         return AttemptResult(status=None, latency=time.monotonic() - started,
                              error=f"refused: {refused}", refused=True)
-    except (requests.RequestException, OSError) as exc:
+    except InvalidTarget:
+        return AttemptResult(status=None, latency=time.monotonic() - started,
+                             error="invalid_url", refused=True)
+    except (HTTPError, OSError) as exc:
         if attempt_deadline.expired(ticket):
             return timed_out
         return AttemptResult(status=None, latency=time.monotonic() - started,
-                             error=describe_error(exc), refused=isinstance(exc, _UNUSABLE_URL))
+                             error=describe_error(exc))
     if attempt_deadline.expired(ticket):
         # The deadline cut the headers short: what arrived is no answer.
-        response.close()
+        _discard(response)
         return timed_out
-    with response:
-        try:
-            excerpt = read_capped(response, config.max_response_bytes, started + budget)
-        except (requests.RequestException, OSError) as exc:
-            # The status line arrived; the body broke off. The status still decides.
-            excerpt = f"[body unreadable: {describe_error(exc)}]"
+    try:
+        excerpt = read_capped(response, config.max_response_bytes, started + budget)
+    except (HTTPError, OSError) as exc:
+        # The status line arrived; the body broke off. The status still decides.
+        excerpt = f"[body unreadable: {describe_error(exc, reading=True)}]"
+        _discard(response)
     return AttemptResult(
-        status=response.status_code,
+        status=response.status,
         latency=time.monotonic() - started,
         retry_after=response.headers.get("Retry-After"),
         body_excerpt=excerpt,
     )
 
 
-def read_capped(response: requests.Response, cap: int, deadline: float) -> str:
-    """Up to ``cap`` bytes of the body as text. A longer body, or one still trickling in at
-    ``deadline``, is cut off: the connection is closed instead of drained."""
+def _discard(response: urllib3.BaseHTTPResponse) -> None:
+    """Close the connection under an answer not read to its end (it cannot be reused)."""
+    with contextlib.suppress(Exception):
+        response.close()
+    with contextlib.suppress(Exception):
+        response.release_conn()
+
+
+def read_capped(response: urllib3.BaseHTTPResponse, cap: int, deadline: float) -> str:
+    """Up to ``cap`` bytes of the body as text. A body read to its end gives the connection
+    back for reuse; a longer one, or one still trickling in at ``deadline``, is cut off: the
+    connection is closed instead of drained."""
     kept = bytearray()
-    for chunk in response.iter_content(chunk_size=8192):
-        kept += chunk[: max(0, cap - len(kept))]
-        if len(kept) >= cap and chunk:
+    while True:
+        chunk = response.read(8192, decode_content=False)  # never inflate a compressed body
+        if not chunk:
+            response.release_conn()  # read to its end: the connection can be reused
             break
-        if time.monotonic() > deadline:
+        kept += chunk[: max(0, cap - len(kept))]
+        if len(kept) >= cap or time.monotonic() > deadline:
+            _discard(response)
             break
     return kept.decode("utf-8", errors="replace")
 
 
-def describe_error(exc: BaseException) -> str:
-    """A short, URL-free description of a failed request."""
-    if isinstance(exc, requests.exceptions.ConnectTimeout):
+def describe_error(exc: BaseException, *, reading: bool = False) -> str:
+    """A short, URL-free description of a failed request (``reading``: of its body)."""
+    # Most specific first: urllib3's NameResolutionError is a NewConnectionError, which is a
+    # ConnectTimeoutError.
+    if isinstance(exc, NameResolutionError | socket.gaierror):
+        return "dns_error"
+    if isinstance(exc, NewConnectionError):
+        return "connect_error: connection refused or unreachable"
+    if isinstance(exc, ConnectTimeoutError):
         return "connect_timeout"
-    if isinstance(exc, requests.exceptions.ReadTimeout):
+    if isinstance(exc, ReadTimeoutError):
         return "read_timeout"
-    if isinstance(exc, requests.exceptions.SSLError):
+    if isinstance(exc, SSLError):
         return "tls_error"
-    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
-        return "connection_closed: response broken off"
-    if isinstance(exc, requests.exceptions.ConnectionError):
-        reason = exc.args[0] if exc.args else None
-        inner = getattr(reason, "reason", reason)
-        if isinstance(inner, urllib3.exceptions.NameResolutionError):
-            return "dns_error"
-        if isinstance(inner, urllib3.exceptions.ProtocolError):
-            return "connection_closed"
-        if isinstance(inner, urllib3.exceptions.NewConnectionError):
-            return "connect_error: connection refused or unreachable"
-        return f"connection_error ({type(inner).__name__})"
-    if isinstance(exc, _UNUSABLE_URL):
-        return "invalid_url"
-    if isinstance(exc, OSError) and not isinstance(exc, requests.RequestException):
-        if isinstance(exc, socket.gaierror):
-            return "dns_error"
-        return f"network_error ({type(exc).__name__})"
-    return f"request_error ({type(exc).__name__})"
+    if isinstance(exc, ProtocolError):
+        return "connection_closed: response broken off" if reading else "connection_closed"
+    if isinstance(exc, HTTPError):
+        return f"connection_error ({type(exc).__name__})"
+    return f"network_error ({type(exc).__name__})"

@@ -79,6 +79,7 @@ class Chaos:
         from app.celery import app
         from app.endpoints import EndpointRegistry
         from app.schedule import build_message
+        from app.store import ring
         from bench import chaos_check
 
         self.receivers[STEADY] = ReceiverProcess("examples.receiver",
@@ -112,6 +113,7 @@ class Chaos:
                         app, task_name="hookline.deliver", task_id=event_id,
                         args=[self.events[event_id], "order.created", {"id": event_id}],
                         kwargs={"event_id": event_id}, retries=0, queue="hookline"))
+                ring(pipe)  # as Hookline's transport publishes: wake idle consumers
                 pipe.execute()
                 sent += len(ids[sent:sent + size])
             else:

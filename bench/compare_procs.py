@@ -141,15 +141,22 @@ class Contender:
 
     def push(self, messages: list[str]) -> float:
         """LPUSH the messages in pipelines of 1,000 (kombu's publish); Unix time of the first."""
+        from app.store import ring
+
         started = time.time()
         for at in range(0, len(messages), 1000):
-            self.client.lpush(self.queue, *messages[at:at + 1000])
+            pipe = self.client.pipeline(transaction=False)
+            pipe.lpush(self.queue, *messages[at:at + 1000])
+            if self.hookline:  # as Hookline's transport publishes: wake idle consumers
+                ring(pipe)
+            pipe.execute()
         return started
 
     def wait_consuming(self, timeout: float = 90.0) -> None:
-        """Until every worker's consumer blocks on BRPOP."""
+        """Until every worker's consumer blocks on BRPOP (Hookline's transport: on XREAD)."""
         deadline = time.monotonic() + timeout
-        while sum(c.get("cmd") == "brpop" for c in self.client.client_list()) < len(self.workers):
+        blocking = ("brpop", "xread")
+        while sum(c.get("cmd") in blocking for c in self.client.client_list()) < len(self.workers):
             for worker in self.workers:
                 worker.check_alive()
             if time.monotonic() > deadline:

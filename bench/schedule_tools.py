@@ -56,9 +56,9 @@ def kill_worker(worker: Worker) -> None:
 
 
 def wait_consuming(client: redis.Redis, worker: Worker, timeout: float = 60.0) -> None:
-    """Until the worker's consumer blocks on BRPOP (kombu's Redis transport)."""
+    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or XREAD (Hookline's)."""
     deadline = time.monotonic() + timeout
-    while not any(c.get("cmd") == "brpop" for c in client.client_list()):
+    while not any(c.get("cmd") in ("brpop", "xread") for c in client.client_list()):
         worker.check_alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"the worker did not start consuming in {timeout:.0f}s")
@@ -89,6 +89,7 @@ def publish(client: redis.Redis, celery_app: Any, task: str, queue: str, count: 
             prefix: str) -> float:
     """LPUSH ``count`` first deliveries onto ``queue`` in pipelines of 1000; seconds taken."""
     from app.schedule import build_message
+    from app.store import ring
 
     started = time.perf_counter()
     for start in range(0, count, 1000):
@@ -99,6 +100,7 @@ def publish(client: redis.Redis, celery_app: Any, task: str, queue: str, count: 
                 celery_app, task_name=task, task_id=event_id,
                 args=[ENDPOINT, "bench.retry", {"n": n}], kwargs={"event_id": event_id},
                 retries=0, queue=queue))
+        ring(pipe)  # as Hookline's transport publishes: wake idle consumers
         pipe.execute()
     return time.perf_counter() - started
 

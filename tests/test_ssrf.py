@@ -14,7 +14,7 @@ from app.deadletter import DeadLetterQueue
 from app.endpoints import Endpoint, EndpointError, EndpointRegistry, check_target
 from app.sender import WebhookEvent, send
 from app.ssrf import TargetRefused, check_address, parse_networks, pin_address, why_refused
-from app.transport import PinnedAdapter
+from app.transport import PinnedPools
 from examples.receiver import Reply, always
 from tests.conftest import wait_until
 
@@ -98,15 +98,14 @@ def test_the_connection_goes_to_the_address_that_was_checked(receiver):
 
     from app import sender
 
-    session = sender.session()
-    original = session.adapters["http://"]
-    session.mount("http://", PinnedAdapter(resolve=rebinding, max_retries=0))
+    original = sender.pools()
+    sender._local.pools = PinnedPools(resolve=rebinding)
     try:
         endpoint = Endpoint(id="pinned", url=f"http://rebind.test:{receiver.port}/pinned",
                             secrets=(EndpointRegistry().add("k", "http://127.0.0.1:9/").secrets))
         result = send(endpoint, WebhookEvent("evt-pin", "t", {}, time.time()))
     finally:
-        session.mount("http://", original)
+        sender._local.pools = original
     assert result.status == 204 and lookups == ["rebind.test"]
     [request] = receiver.requests_to("/pinned")
     assert request.headers["host"] == f"rebind.test:{receiver.port}"
