@@ -42,12 +42,31 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.exceptions import NoScriptError, RedisError
 
+from app import metrics
+from app.config import settings
 from app.consumer import dead_letter_text
+from app.logs import log_event
+from app.schedule import SCHEDULE_KEYS, WAKE_KEY
 from app.store import DOORBELL_KEY, load_script, ring
 
 logger = logging.getLogger("hookline")
 _CONSUME = load_script("consume")
 _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
+
+
+#: Most deliveries to held endpoints consume.lua parks in one call (bounds its run time).
+PARK_BATCH = 200
+
+
+def _report_parked(entries: list[Any]) -> None:
+    """Log and count the deliveries consume.lua parked for held endpoints: each is a deferral,
+    the same as a worker would have logged."""
+    for entry in entries:
+        endpoint_id, event_id, reason, countdown = bytes_to_str(entry).split("\t")
+        log_event("delivery.deferred", endpoint_id=endpoint_id, event_id=event_id,
+                  reason=reason, countdown=round(int(float(countdown)) / 1000.0, 3),
+                  by="consumer")
+        metrics.count_deferral(endpoint_id, reason)
 
 
 class QoS(kombu_redis.QoS):
@@ -113,6 +132,8 @@ class Channel(kombu_redis.Channel):
         self._pending = "consume"
         self._shared_client: tuple[Any, Any] | None = None
         super().__init__(*args, **kwargs)
+        if not self.global_keyprefix:
+            self._load_script()  # now, rather than on the first NOSCRIPT reply
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         """One client per connection pool, not a new one per call: kombu builds a fresh
@@ -151,8 +172,12 @@ class Channel(kombu_redis.Channel):
             self._pending = "consume"
             keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
                     for queue in queues]
-            command = ["EVALSHA", _CONSUME_SHA, 3 + len(keys), self.unacked_key,
-                       self.unacked_index_key, DOORBELL_KEY, *keys, repr(time())]
+            config = settings()
+            park_held = config.broker_url == config.redis_url
+            command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys), self.unacked_key,
+                       self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS, WAKE_KEY, *keys,
+                       repr(time()), "1" if park_held else "0", config.schedule_max,
+                       config.schedule_max_per_endpoint, PARK_BATCH]
         self._in_poll = connection
         self._brpop_sent_at = monotonic()  # type: ignore[assignment]
         connection.send_command(*command)
@@ -179,6 +204,10 @@ class Channel(kombu_redis.Channel):
             self._wait_from = None  # woken (or timed out): look at the queues again
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
+        _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
+        if kind == "more":
+            self._wait_from = None  # parked a batch of held deliveries: look again at once
+            raise kombu_redis.Empty()
         if kind == "empty":
             self._wait_from = bytes_to_str(reply[1])
             raise kombu_redis.Empty()

@@ -78,6 +78,17 @@ class ScheduleStats:
     lag: float = 0.0
 
 
+def delivery_headers(args: Any, kwargs: Any, task_id: Any) -> dict[str, str]:
+    """Headers naming a delivery's endpoint and event, so the broker's consume script can park
+    a delivery to a held endpoint without a worker decoding the body (app/lua/consume.lua).
+    Empty when the arguments are not those of a delivery (the worker then dead-letters it)."""
+    endpoint_id = args[0] if isinstance(args, list | tuple) and args else None
+    event_id = (kwargs.get("event_id") if isinstance(kwargs, dict) else None) or task_id
+    if isinstance(endpoint_id, str) and isinstance(event_id, str):
+        return {"hookline_endpoint": endpoint_id, "hookline_event": event_id}
+    return {}
+
+
 def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: dict[str, Any],
                   retries: int, queue: str, parent_id: str | None = None,
                   root_id: str | None = None, argsrepr: str | None = None) -> str:
@@ -93,6 +104,8 @@ def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: 
         task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
         argsrepr=argsrepr,
     )
+    if task_name == "hookline.deliver":
+        headers.update(delivery_headers(args, kwargs, task_id))
     content_type, content_encoding, data = serialize(body, serializer="json")
     message = {
         "body": bytes_to_str(base64.b64encode(str_to_bytes(data))),

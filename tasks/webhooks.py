@@ -30,7 +30,7 @@ from app.endpoints import ENDPOINT_ID_PATTERN
 from app.enqueue import shown_args
 from app.logs import log_event
 from app.policy import compute_backoff
-from app.schedule import RetrySchedule, ScheduleFull, build_message
+from app.schedule import RetrySchedule, ScheduleFull, build_message, delivery_headers
 
 _engine: DeliveryEngine | None = None
 _schedule: RetrySchedule | None = None
@@ -177,11 +177,14 @@ def deliver(
 
 
 @before_task_publish.connect(sender="hookline.deliver")
-def _stamp_enqueue_time(body: Any = None, **_: Any) -> None:
+def _stamp_enqueue_time(body: Any = None, headers: Any = None, **_: Any) -> None:
     """Every published delivery carries when it was published (``send_webhook``, ``.delay()``,
-    replays), so the delivery lag metric counts the wait in the queue too."""
+    replays), so the delivery lag metric counts the wait in the queue too; and headers naming
+    its endpoint and event (``delivery_headers``)."""
     if isinstance(body, tuple | list) and len(body) >= 2 and isinstance(body[1], dict):
         body[1].setdefault("enqueued_at", time.time())
+        if isinstance(headers, dict):
+            headers.update(delivery_headers(body[0], body[1], headers.get("id")))
 
 
 @task_failure.connect(sender=deliver)
