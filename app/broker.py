@@ -91,7 +91,7 @@ class QoS(kombu_redis.QoS):
             # worker). Its record stays in the unacked hash: the sweep puts the message back
             # after the visibility timeout and the idempotency gate sees it was done.
             logger.warning("broker.ack_deferred: channel closed; left to the sweep")
-            self._delivered.pop(delivery_tag, None)
+            virtual.QoS.ack(self, delivery_tag)  # the in-memory bookkeeping only
             return
         super().ack(delivery_tag)
 
@@ -99,7 +99,7 @@ class QoS(kombu_redis.QoS):
         if self._closed():
             logger.warning("broker.reject_deferred requeue=%s: channel closed; left to the "
                            "sweep", requeue)
-            self._delivered.pop(delivery_tag, None)
+            virtual.QoS.ack(self, delivery_tag)  # the in-memory bookkeeping only
             return
         super().reject(delivery_tag, requeue=requeue)
 
