@@ -31,7 +31,7 @@ EXTRA_BLOCKED: tuple[Network, ...] = (
 class TargetRefused(Exception):
     """The URL's host is, or resolves to, an address Hookline does not send to.
 
-    Not a ValueError: requests would turn that into a generic InvalidURL."""
+    Not a ValueError, so it is never mistaken for a malformed URL (``InvalidTarget``)."""
 
 
 def parse_networks(text: str) -> tuple[Network, ...]:
