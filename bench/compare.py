@@ -3,7 +3,7 @@
     python -m bench.compare [--events N] [--quick]          (or: make bench-compare)
 
 Contenders, each on its own private Redis server (broker, and Hookline's state), with the
-same pool and concurrency, Hookline's defaults (``-P threads -c 32``): (a) ``naive.noop``,
+same pool and concurrency, Hookline's defaults (``-P threads -c 64``): (a) ``naive.noop``,
 a task that does nothing; (b) ``naive.webhook`` (bench/naive.py), ``requests.post(url,
 json=payload, timeout=10)`` + ``raise_for_status()`` with ``autoretry_for=(RequestException,)``
 and ``retry_backoff=True``, on Celery's defaults otherwise; (c) Hookline's

@@ -19,10 +19,10 @@ from bench.compare_procs import payload as make_payload
 LOOPBACK = "127.0.0.0/8"
 #: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency).
 CONTENDERS: dict[str, tuple[str, str, str, str, int]] = {
-    "noop": ("bench.naive", "naive.noop", "celery", "threads", 32),
-    "naive": ("bench.naive", "naive.webhook", "celery", "threads", 32),
+    "noop": ("bench.naive", "naive.noop", "celery", "threads", 64),
+    "naive": ("bench.naive", "naive.webhook", "celery", "threads", 64),
     "naive_default": ("bench.naive", "naive.webhook", "celery", "prefork", 2),
-    "hookline": ("app", "hookline.deliver", "hookline", "threads", 32),
+    "hookline": ("app", "hookline.deliver", "hookline", "threads", 64),
 }
 SLOW_MS = 100
 RATE, RATE_PER_SECOND = "50/s", 50

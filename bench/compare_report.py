@@ -19,7 +19,7 @@ METHOD = (
     "batch. Outage: the dead endpoint is a port that accepts and resets each connection (a "
     "closed port would refuse as fast, but count nothing); its attempts are its accepted "
     "connections, counted from the push over the window. Hookline runs with its defaults "
-    "(breaker threshold 5, cool-down 30 s, -P threads -c 32, prefetch 1), "
+    "(breaker threshold 5, cool-down 30 s, -P threads -c 64, prefetch 1), "
     "HOOKLINE_ALLOWED_NETWORKS=127.0.0.0/8 and no metrics port. The naive task runs on "
     "Celery's defaults (early ack, prefetch 4, max_retries 3, no task events). Rate limit: "
     "windows [t, t + 1 s) starting at each arrival holding more than rate + burst = 55 "
@@ -105,8 +105,8 @@ def report(result: dict[str, Any]) -> str:
     fast, slow, outage, rate = (result["fast"], result["slow"], result["outage"],
                                 result["rate_limit"])
     names = ["noop", "naive", "naive_default", "hookline"]
-    heads = ["no-op (threads 32)", "naive (threads 32)", "naive default (prefork 2)",
-             "Hookline (threads 32)"]
+    heads = ["no-op (threads 64)", "naive (threads 64)", "naive default (prefork 2)",
+             "Hookline (threads 64)"]
     slow_default = slow["naive_default"]["events"]
     lines = [
         f"Hookline vs Celery, {info['date']}: {info['cpus']} CPUs ({info['cpu_model']}), load "

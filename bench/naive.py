@@ -1,7 +1,7 @@
 """The contenders ``bench.compare`` puts beside Hookline: a no-op task (the broker's ceiling)
 and the webhook task a user would write first, on a Celery app with Celery's defaults.
 
-    BENCH_NAIVE_BROKER_URL=redis://... celery -A bench.naive worker -P threads -c 32
+    BENCH_NAIVE_BROKER_URL=redis://... celery -A bench.naive worker -P threads -c 64
 
 Celery's defaults apply except where nothing else makes sense: no result backend (a webhook
 task has nothing to return), JSON (the default anyway). So: early acknowledgement, prefetch
