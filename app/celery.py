@@ -12,6 +12,7 @@ from celery.signals import (
     worker_shutdown,
 )
 
+from app import tracebacks
 from app.config import settings
 from app.logs import configure_json_logging, log_event
 
@@ -53,6 +54,11 @@ def _stop_releaser(**_: object) -> None:
 
 
 _metrics_server: Any = None
+
+
+@worker_init.connect
+def _cheap_retry_tracebacks(**_: object) -> None:
+    tracebacks.install()  # see app/tracebacks.py: a retry no longer lists every code position
 
 
 @worker_init.connect
