@@ -76,8 +76,8 @@ broker_connection_retry_on_startup = True
 # concurrency / 0.1 s. Threads share one Redis pool and have HTTP connection pools of their own.
 # 64 slots: a worker process tops out near one core (~300 deliveries/s on this project's
 # machine), and at 100 ms per answer that takes 30+ attempts in flight; 64 leaves room for
-# slower receivers. Celery's time limits are not enforced under threads: the HTTP client's connect and read
-# timeouts bound every attempt instead.
+# slower receivers. Celery's time limits are not enforced under threads: the HTTP client's
+# connect and read timeouts bound every attempt instead.
 worker_pool = os.environ.get("CELERY_WORKER_POOL", "threads")
 worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "64"))
 
