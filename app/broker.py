@@ -40,6 +40,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from app import metrics
@@ -79,42 +80,17 @@ class QoS(kombu_redis.QoS):
             return
         super().append(message, delivery_tag)
 
-    def _closed(self) -> bool:
-        """Whether this channel's connection is gone (closed after Redis went away)."""
-        connection = self.channel.connection
-        return connection is None or connection.client is None
-
-    def ack(self, delivery_tag: str) -> None:
-        if self._closed():
-            # A task that ran across a reconnect finishes on the old channel, which can no
-            # longer reach Redis (kombu 5.7 fails with AttributeError and Celery stops the
-            # worker). Its record stays in the unacked hash: the sweep puts the message back
-            # after the visibility timeout and the idempotency gate sees it was done.
-            logger.warning("broker.ack_deferred: channel closed; left to the sweep")
-            virtual.QoS.ack(self, delivery_tag)  # the in-memory bookkeeping only
-            return
-        super().ack(delivery_tag)
-
-    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
-        if self._closed():
-            logger.warning("broker.reject_deferred requeue=%s: channel closed; left to the "
-                           "sweep", requeue)
-            virtual.QoS.ack(self, delivery_tag)  # the in-memory bookkeeping only
-            return
-        super().reject(delivery_tag, requeue=requeue)
-
     def restore_unacked(self, client: Any = None) -> None:
         """Put this channel's unacknowledged messages back on their queues (on close).
 
-        When the channel closes because Redis went away, kombu 5.7 fails here with
-        ``AttributeError: 'NoneType' object has no attribute 'hostname'`` (the connection's
-        details are gone) and Celery stops the worker with "Unrecoverable error". The
-        messages are still recorded in the unacked hash, so leaving them there loses nothing:
-        the restore sweep puts them back after the visibility timeout.
+        When the channel closes because Redis went away this fails (see
+        ``Channel._create_client``); the messages are still recorded in the unacked hash, so
+        leaving them there loses nothing: the restore sweep puts them back after the visibility
+        timeout. Swallowed here so that the rest of the channel's close still runs.
         """
         try:
             super().restore_unacked(client)
-        except (AttributeError, RedisError) as exc:
+        except RedisError as exc:
             logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
                            "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
             self._delivered.clear()
@@ -126,10 +102,9 @@ class Channel(kombu_redis.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         #: Delivery tags consume.lua recorded, until QoS.append sees them.
         self._recorded: set[str] = set()
-        #: The doorbell id to block from, after a consume found every queue empty.
+        #: The doorbell id to block from, after a consume found every queue empty: while it
+        #: is set, the command pending on the consuming connection is the blocking XREAD.
         self._wait_from: str | None = None
-        #: What the pending command on the consuming connection is: 'consume' or 'wait'.
-        self._pending = "consume"
         self._shared_client: tuple[Any, Any] | None = None
         super().__init__(*args, **kwargs)
         if not self.global_keyprefix:
@@ -139,9 +114,19 @@ class Channel(kombu_redis.Channel):
         """One client per connection pool, not a new one per call: kombu builds a fresh
         ``redis.Redis`` (costly in redis-py 8) for every ack and every published event. A
         client on a pool is thread-safe; the consuming connection (``asynchronous``) keeps
-        kombu's own."""
+        kombu's own.
+
+        On a channel closed because Redis went away (a task that ran across a reconnect
+        acknowledges on it, or its close restores), kombu 5.7 fails with ``AttributeError``
+        on the vanished connection details and Celery stops the worker ("Unrecoverable
+        error"). A connection error is what kombu's and Celery's callers handle: the message
+        stays recorded in the unacked hash and the sweep restores it after the visibility
+        timeout (the idempotency gate stops a second send if it was delivered)."""
         if asynchronous:
             return super()._create_client(asynchronous=True)
+        connection = self.connection
+        if connection is None or connection.client is None:
+            raise RedisConnectionError("the broker channel is closed")
         pool = self.pool
         shared = self._shared_client
         if shared is None or shared[0] is not pool:
@@ -152,7 +137,6 @@ class Channel(kombu_redis.Channel):
 
     def _brpop_start(self, timeout: Any = None) -> None:
         if self.global_keyprefix:
-            self._pending = "brpop"
             return super()._brpop_start(timeout)
         if timeout is None:
             timeout = self.brpop_timeout
@@ -163,13 +147,10 @@ class Channel(kombu_redis.Channel):
         if self._wait_from is not None:
             # Every queue was empty: block until a push rings the doorbell (or the timeout,
             # for pushes that do not ring it), then consume again.
-            self._pending = "wait"
-            command: list[Any] = ["XREAD", "BLOCK", max(1, round((timeout or 0) * 1000)),
-                                  "STREAMS", DOORBELL_KEY, self._wait_from]
-            if not timeout:
-                command[2] = 0
+            block_ms = max(1, round(timeout * 1000)) if timeout else 0
+            command: list[Any] = ["XREAD", "BLOCK", block_ms, "STREAMS", DOORBELL_KEY,
+                                  self._wait_from]
         else:
-            self._pending = "consume"
             keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
                     for queue in queues]
             config = settings()
@@ -183,14 +164,13 @@ class Channel(kombu_redis.Channel):
         connection.send_command(*command)
 
     def _brpop_read(self, **options: Any) -> Any:
-        if self._pending == "brpop":
+        if self.global_keyprefix:
             return self._brpop_read_stock(**options)
-        pending = self._pending
+        waited = self._wait_from is not None
         try:
             try:
                 reply = self.client.parse_response(
-                    self.client.connection, "XREAD" if pending == "wait" else "EVALSHA",
-                    **options)
+                    self.client.connection, "XREAD" if waited else "EVALSHA", **options)
             except NoScriptError:
                 self._load_script()
                 raise kombu_redis.Empty() from None
@@ -200,18 +180,16 @@ class Channel(kombu_redis.Channel):
         finally:
             self._in_poll = None  # type: ignore[assignment]
             self._flush_brpop_reauth()
-        if pending == "wait":
+        if waited:
             self._wait_from = None  # woken (or timed out): look at the queues again
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
         _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
-        if kind == "more":
-            self._wait_from = None  # parked a batch of held deliveries: look again at once
-            raise kombu_redis.Empty()
         if kind == "empty":
             self._wait_from = bytes_to_str(reply[1])
             raise kombu_redis.Empty()
-        self._wait_from = None
+        if kind == "more":
+            raise kombu_redis.Empty()  # parked a batch of held deliveries: look again at once
         key, item = bytes_to_str(reply[1]), bytes_to_str(reply[2])
         if kind == "bad":
             self._drop_bad_item(key, item)
