@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -75,6 +76,32 @@ def code_version() -> dict[str, Any]:
     changed = git("status", "--porcelain", "--", "app", "tasks", "celeryconfig.py")
     return {"commit": git("rev-parse", "--short", "HEAD").strip(),
             "uncommitted": [line[3:] for line in changed.splitlines()]}
+
+
+def private_redis(stack: ExitStack, name: str, workdir: Path) -> tuple[RedisServer, redis.Redis]:
+    """A :class:`RedisServer` answering, stopped by ``stack``, and a client on it (str
+    replies) that ``stack`` closes."""
+    server = RedisServer(name, workdir)
+    stack.callback(server.stop)
+    server.wait_ready()
+    client = redis.Redis(port=server.port, decode_responses=True)
+    stack.callback(client.close)
+    return server, client
+
+
+def control_redis(stack: ExitStack, workdir: Path,
+                  **env: str) -> tuple[RedisServer, redis.Redis]:
+    """The benchmark process's own Redis (its ``app`` builds broker messages and registers
+    endpoints there) and environment: the calling shell's HOOKLINE_*, CELERY_*, BENCH_* and
+    REDIS_URL are dropped, then REDIS_URL, a spool, the loopback allowlist, no metrics port and
+    ``env`` are set. Call it before anything imports ``app``."""
+    for name in list(os.environ):
+        if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
+            del os.environ[name]
+    control, client = private_redis(stack, "control", workdir)
+    os.environ.update(REDIS_URL=control.url, HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
+                      HOOKLINE_ALLOWED_NETWORKS="127.0.0.0/8", HOOKLINE_METRICS_PORT="0", **env)
+    return control, client
 
 
 class RedisServer:
@@ -212,8 +239,10 @@ def exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def run_bench(run: Callable[[Any], dict[str, Any]], options: Any,
-              report: Callable[[dict[str, Any]], str]) -> int:
-    """Run a benchmark, write its result to ``options.output`` and print its report.
+              report: Callable[[dict[str, Any]], str],
+              finish: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """Run a benchmark, write its result to ``options.output`` and print its report;
+    ``finish`` completes the result (verdicts, plots) once its duration is in.
 
     SIGTERM ends it like Ctrl-C: ``run`` stops everything it started on the way out."""
     signal.signal(signal.SIGTERM, exit_on_sigterm)
@@ -224,6 +253,8 @@ def run_bench(run: Callable[[Any], dict[str, Any]], options: Any,
         print("interrupted; everything started was stopped", file=sys.stderr)
         return 130
     result["duration_seconds"] = round(time.monotonic() - started, 1)
+    if finish is not None:
+        finish(result)
     options.output.parent.mkdir(parents=True, exist_ok=True)
     options.output.write_text(json.dumps(result, indent=2) + "\n")
     print(report(result))

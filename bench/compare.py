@@ -34,23 +34,17 @@ stopped on the way out, Ctrl-C included.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import redis
-
-from bench.common import RedisServer, exit_on_sigterm, machine
+from bench.common import control_redis, machine, run_bench
 from bench.compare_meters import LoadMonitor
 from bench.compare_parts import (
     CONTENDERS,
-    LOOPBACK,
     batch,
     enqueue_cost,
     outage,
@@ -68,23 +62,14 @@ OUTPUT = RESULTS / "compare.json"
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
-    for name in list(os.environ):
-        if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
-            del os.environ[name]
     with tempfile.TemporaryDirectory(prefix="hookline-compare-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        # The benchmark's own app (it builds messages, registers endpoints, part 7) uses this.
-        control = RedisServer("control", workdir)
-        stack.callback(control.stop)
-        control.wait_ready()
-        os.environ.update(REDIS_URL=control.url, HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
-                          HOOKLINE_ALLOWED_NETWORKS=LOOPBACK, HOOKLINE_METRICS_PORT="0",
-                          BENCH_NAIVE_BROKER_URL=control.url)
+        # Part 7 enqueues through the benchmark's own app (and the naive task's) into this one.
+        control, client = control_redis(stack, workdir)
+        os.environ["BENCH_NAIVE_BROKER_URL"] = control.url
         from app.celery import app as celery_app
 
         stack.callback(celery_app.close)
-        client = redis.Redis(port=control.port, decode_responses=True)
-        stack.callback(client.close)
         info = machine(client)
         monitor = LoadMonitor()
         stack.callback(monitor.stop)
@@ -148,26 +133,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--events must be at least 10")
     if not options.no_plots and (problem := check_plots()):
         parser.error(problem)
-    signal.signal(signal.SIGTERM, exit_on_sigterm)
-    started = time.monotonic()
-    try:
-        result = run(options)
-    except KeyboardInterrupt:
-        print("interrupted; everything started was stopped", file=sys.stderr)
-        return 130
-    result["duration_seconds"] = round(time.monotonic() - started, 1)
+    return run_bench(run, options, report, finish=lambda result: finish(result, options))
+
+
+def finish(result: dict[str, Any], options: argparse.Namespace) -> None:
+    """The verdicts on the targets, and the plots."""
     result["anomalies"], result["targets"] = findings(result)
     title = (f"{result['machine']['date'][:10]}, {result['machine']['cpus']} CPUs, "
              f"load {result['machine']['load_average'][0]}")
     if not options.no_plots:
         result["plots"] = [plot_rate(result["rate_limit"], title).name,
                            plot_storm(result["outage"], title).name]
-    options.output.parent.mkdir(parents=True, exist_ok=True)
-    options.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(report(result))
-    print(f"\n{result['duration_seconds']}s; written to {options.output}")
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

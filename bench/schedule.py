@@ -39,13 +39,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import redis
-
-from bench.common import RedisServer, Worker, machine, run_bench
+from bench.common import Worker, control_redis, machine, private_redis, run_bench
 from bench.schedule_report import METHOD, findings, percentile, report
 from bench.schedule_tools import (
     ENDPOINT,
-    LOOPBACK,
     REFUSED_URL,
     LagSampler,
     hold_signals,
@@ -68,11 +65,7 @@ def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
     from app.schedule import SCHEDULE_KEYS, RetrySchedule
 
     with ExitStack() as stack:
-        server = RedisServer(kind, workdir)
-        stack.callback(server.stop)
-        server.wait_ready()
-        client = redis.Redis(port=server.port, decode_responses=True)
-        stack.callback(client.close)
+        server, client = private_redis(stack, kind, workdir)
         extra: dict[str, Any] = {}
         if kind == "hookline":
             from app.celery import app as celery_app
@@ -142,11 +135,7 @@ def release_speed(workdir: Path, count: int = RELEASE_COUNT) -> dict[str, Any]:
     from app.schedule import RetrySchedule, build_message
 
     with ExitStack() as stack:
-        server = RedisServer("release", workdir)
-        stack.callback(server.stop)
-        server.wait_ready()
-        client = redis.Redis(port=server.port, decode_responses=True)
-        stack.callback(client.close)
+        _, client = private_redis(stack, "release", workdir)
         message = build_message(celery_app, task_name="hookline.deliver", task_id="release",
                                 args=[ENDPOINT, "bench.retry", {"n": 0}],
                                 kwargs={"event_id": "release", "attempts": 1}, retries=1,
@@ -187,11 +176,7 @@ def retry_timing(workdir: Path, events: int) -> dict[str, Any]:
     from examples.receiver import Receiver, Reply, fail_first
 
     with ExitStack() as stack:
-        server = RedisServer("timing", workdir)
-        stack.callback(server.stop)
-        server.wait_ready()
-        client = redis.Redis(port=server.port, decode_responses=True)
-        stack.callback(client.close)
+        server, client = private_redis(stack, "timing", workdir)
         receiver = Receiver().start()
         stack.callback(receiver.stop)
         url = receiver.route("/flaky", fail_first(1, Reply(503)))
@@ -234,22 +219,13 @@ def retry_timing(workdir: Path, events: int) -> dict[str, Any]:
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
-    for name in list(os.environ):
-        if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
-            del os.environ[name]
     with tempfile.TemporaryDirectory(prefix="hookline-bench-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         # The bench process's own app (it builds broker messages) talks to this one only.
-        control = RedisServer("control", workdir)
-        stack.callback(control.stop)
-        control.wait_ready()
-        os.environ.update(REDIS_URL=control.url, HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
-                          HOOKLINE_ALLOWED_NETWORKS=LOOPBACK, HOOKLINE_METRICS_PORT="0")
+        _, client = control_redis(stack, workdir)
         from app.celery import app as celery_app
 
         stack.callback(celery_app.close)
-        client = redis.Redis(port=control.port, decode_responses=True)
-        stack.callback(client.close)
         stack.callback(hold_signals)
         info = machine(client)
         memory_parts = {}
