@@ -77,13 +77,27 @@ def clean_redis(request, redis_client) -> Iterator[None]:
     yield
 
 
+def isolated_url(db: int) -> str:
+    """The test Redis's URL with database ``db`` (one no other test shares)."""
+    return TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + f"/{db}"
+
+
+def flushed(url: str) -> Iterator[redis.Redis]:
+    """For a fixture: a client on ``url`` (str replies), its database emptied before and
+    after the test."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
 @pytest.fixture
 def quiet_redis() -> Iterator[redis.Redis]:
     """Hookline's Redis switched, for one test, to a database no worker of the session uses
     (3): nothing parked there is released or delivered behind the test's back."""
     from app import config
 
-    url = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/3"
+    url = isolated_url(3)
     client = redis.Redis.from_url(url, decode_responses=True)
     client.flushdb()
     config.configure({"REDIS_URL": url, "CELERY_BROKER_URL": url})

@@ -12,19 +12,16 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from app.store import DOORBELL_KEY
-from tests.conftest import TEST_ENV, wait_until
+from tests.conftest import flushed, isolated_url, wait_until
 
-URL = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+URL = isolated_url(9)
 QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
 TRANSPORT = "app.broker:Transport"
 
 
 @pytest.fixture
 def db():
-    client = redis.Redis.from_url(URL, decode_responses=True)
-    client.flushdb()
-    yield client
-    client.flushdb()
+    yield from flushed(URL)
 
 
 def connect(**options) -> Connection:
@@ -34,6 +31,15 @@ def connect(**options) -> Connection:
 def publish(conn: Connection, body: dict) -> None:
     Producer(conn.channel(), exchange=QUEUE.exchange, routing_key=QUEUE.routing_key,
              serializer="json").publish(body, declare=[QUEUE])
+
+
+def acking(conn: Connection, got: list) -> Consumer:
+    """A consumer of the test queue that keeps each body in ``got`` and acknowledges it."""
+    return Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())])
+
+
+def no_unacked_record(db: redis.Redis) -> bool:
+    return db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
 
 
 def drain_until(conn: Connection, condition, timeout: float = 10.0) -> None:
@@ -70,10 +76,10 @@ def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
 
     with connect() as conn:
         got = []
-        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+        with acking(conn, got):
             conn.drain_events(timeout=5)
         assert got == [{"n": 1}]
-        assert db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+        assert no_unacked_record(db)
 
 
 def test_an_acknowledged_message_leaves_no_record_and_a_rejected_one_goes_back(db):
@@ -93,7 +99,7 @@ def test_an_acknowledged_message_leaves_no_record_and_a_rejected_one_goes_back(d
             conn.drain_events(timeout=5)
             conn.drain_events(timeout=5)
         assert seen == [1, 2]
-        assert db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+        assert no_unacked_record(db)
         assert db.llen("broker-test") == 1  # the rejected one, back on its queue
 
 
@@ -102,15 +108,13 @@ def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
     arrives within the 10 s drain: the push rang the doorbell."""
     with connect(brpop_timeout=30) as conn, connect() as producer_conn:
         got = []
-        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+        with acking(conn, got):
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=0.3)  # queue empty: now blocked on the doorbell
             assert conn.default_channel._wait_from is not None
             publish(producer_conn, {"n": 7})
             assert db.xlen(DOORBELL_KEY) == 1
-            conn.drain_events(timeout=10)  # the wake-up (no message yet: it looks again)
-            if not got:
-                conn.drain_events(timeout=10)
+            drain_until(conn, lambda: got)  # the doorbell wakes it, then it takes the message
         assert got == [{"n": 7}]
 
 
@@ -118,7 +122,7 @@ def test_a_push_that_rings_no_doorbell_is_taken_after_the_blocking_timeout(db):
     """A producer on kombu's stock transport does not ring; its message is still taken."""
     with connect(brpop_timeout=1) as conn:
         got = []
-        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+        with acking(conn, got):
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=0.3)
             with Connection(URL) as stock:  # kombu's own Redis transport
@@ -134,7 +138,7 @@ def test_a_no_ack_consumer_leaves_no_unacked_record(db):
         with Consumer(conn, [QUEUE], no_ack=True, callbacks=[lambda body, m: got.append(body)]):
             conn.drain_events(timeout=5)
         assert got == [{"n": 1}]
-        assert db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+        assert no_unacked_record(db)
 
 
 def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
@@ -142,6 +146,6 @@ def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
         publish(conn, {"n": 1})
         db.script_flush()
         got = []
-        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())]):
+        with acking(conn, got):
             drain_until(conn, lambda: got)
         assert got == [{"n": 1}]

@@ -15,18 +15,15 @@ from app.celery import app
 from app.endpoints import EndpointRegistry
 from app.schedule import RetrySchedule, build_message
 from examples.receiver import Reply, always, fail_first
-from tests.conftest import TEST_ENV, PrivateRedis, wait_until
+from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
-ISOLATED_URL = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/13"
+ISOLATED_URL = isolated_url(13)
 CRASH_ENV = {"CELERY_VISIBILITY_TIMEOUT": "20"}
 
 
 @pytest.fixture
 def isolated():
-    client = redis.Redis.from_url(ISOLATED_URL, decode_responses=True)
-    client.flushdb()
-    yield client
-    client.flushdb()
+    yield from flushed(ISOLATED_URL)
 
 
 def enqueue(client: redis.Redis, endpoint_id: str, count: int) -> list[str]:

@@ -14,10 +14,10 @@ from app import store
 from app.endpoints import EndpointRegistry
 from app.logs import log_event
 from examples.receiver import Reply, always, fail_first
-from tests.conftest import TEST_ENV, wait_until
+from tests.conftest import isolated_url, wait_until
 
 #: A database of its own, so that only the JSON-logging worker sees this test's events.
-ISOLATED_URL = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/5"
+ISOLATED_URL = isolated_url(5)
 #: The fields of every line that reports an HTTP attempt.
 ATTEMPT_FIELDS = {"time", "level", "event", "endpoint_id", "event_id", "event_type", "attempt",
                   "latency"}

@@ -27,9 +27,9 @@ from app.endpoints import EndpointRegistry
 from app.metrics import RedisStateCollector, status_class
 from app.schedule import DUE_KEY, RetrySchedule
 from examples.receiver import Reply, always, fail_first
-from tests.conftest import ROOT, TEST_ENV, free_port, wait_until
+from tests.conftest import ROOT, free_port, isolated_url, wait_until
 
-ISOLATED_URL = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/7"
+ISOLATED_URL = isolated_url(7)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

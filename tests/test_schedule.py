@@ -20,7 +20,7 @@ from app.schedule import (
     build_message,
     decode_message,
 )
-from tests.conftest import TEST_ENV, wait_until
+from tests.conftest import TEST_ENV, flushed, isolated_url, wait_until
 
 QUEUE = "test.retry"
 
@@ -28,11 +28,7 @@ QUEUE = "test.retry"
 @pytest.fixture
 def client():
     """Database 13: parks and releases here race with no worker."""
-    url = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/13"
-    connection = redis.Redis.from_url(url, decode_responses=True)
-    connection.flushdb()
-    yield connection
-    connection.flushdb()
+    yield from flushed(isolated_url(13))
 
 
 def message(n: int) -> str:
