@@ -23,7 +23,7 @@ WORKDIR /srv/hookline
 COPY pyproject.toml README.md celeryconfig.py ./
 COPY app/ app/
 COPY tasks/ tasks/
-# Installs the packages app, app.lua and tasks, the celeryconfig module, the dependencies and
+# Installs the packages app, hookline.store.lua and tasks, the celeryconfig module, the dependencies and
 # the `hookline` console script, plus Flask for the `web` example service. The sources stay in
 # the image, owned by root, read-only.
 RUN pip install --no-cache-dir . "flask>=3.0,<4" && rm -rf build ./*.egg-info

@@ -1,12 +1,11 @@
-"""Hookline: outbound webhook delivery on Celery and Redis.
+"""The worker's entry point in a checkout and in the compose image: ``celery -A app worker``
+(and ``celery -A app flower``) find Hookline's Celery application here as ``app.app``.
 
-``celery -A app worker`` finds the Celery application here as ``app.app``; applications enqueue
-with :func:`send_webhook` (validated) or ``tasks.webhooks.deliver.delay(...)``.
+This package is not part of the installed distribution (hosts have packages named ``app`` too):
+installed into a project, start the worker with ``celery -A hookline.worker worker``. Web
+processes import ``hookline`` (``hookline.send_webhook``, ``hookline.deliver``), never this.
 """
 
-__version__ = "0.1.0"
+from hookline.worker.celery import app
 
-from app.celery import app
-from app.enqueue import WebhookInputError, send_webhook
-
-__all__ = ["WebhookInputError", "__version__", "app", "send_webhook"]
+__all__ = ["app"]

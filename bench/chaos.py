@@ -76,11 +76,11 @@ class Chaos:
         for key in [k for k in os.environ if k not in env]:
             del os.environ[key]
         os.environ.update(env)
-        from app.celery import app
-        from app.endpoints import EndpointRegistry
-        from app.schedule import build_message
-        from app.store import ring
         from bench import chaos_check
+        from hookline.store.connection import ring
+        from hookline.store.endpoints import EndpointRegistry
+        from hookline.store.schedule import build_message
+        from hookline.worker.celery import app
 
         self.receivers[STEADY] = ReceiverProcess("examples.receiver",
                                                  options.workdir / "steady.jsonl")
@@ -224,7 +224,7 @@ class Chaos:
     def restore_spool(self, client: Any) -> None:
         """Dead letters spooled to disk while Redis was down go into Redis, as an operator's
         ``hookline dlq restore-spool`` would do (workers do it on their next dead letter)."""
-        from app.deadletter import DeadLetterQueue, restore_spool
+        from hookline.store.deadletter import DeadLetterQueue, restore_spool
 
         self.spooled = restore_spool(DeadLetterQueue(client), str(self.spool_path))
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import redis
 
-from app import store
-from app.deadletter import DLQ_KEY, DeadLetterQueue
-from app.schedule import META_KEY
 from bench.chaos_rate import check_rate
+from hookline.store import keys
+from hookline.store.deadletter import DLQ_KEY, DeadLetterQueue
+from hookline.store.schedule import META_KEY
 
 #: A duplicate is explained by a fault when its first accepted request arrived at most this
 #: long before it (an attempt lasts at most connect + 2 x read timeout = 3 s, then settles).
@@ -47,7 +47,7 @@ def final_states(client: redis.Redis, events: dict[str, str]) -> tuple[set[str],
     """(events with a done marker, events with a dead letter): one pipelined round trip."""
     pipe = client.pipeline(transaction=False)
     for event_id, endpoint_id in events.items():
-        pipe.exists(store.done_key(endpoint_id, event_id))
+        pipe.exists(keys.done_key(endpoint_id, event_id))
         pipe.hexists(DLQ_KEY, f"{endpoint_id}/{event_id}")
     replies = pipe.execute()
     ids = list(events)

@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from app.history import history_key
+from hookline.store import keys
 
 #: Seconds a send time may lie after the arrival it is matched to (same host, same clock).
 CLOCK_SLACK = 0.01
@@ -41,7 +41,7 @@ def send_times(client: redis.Redis, endpoint_id: str, event_ids: list[str]
     """event id -> sorted send times of its attempts (attempt end minus its latency)."""
     pipe = client.pipeline(transaction=False)
     for event_id in event_ids:
-        pipe.lrange(history_key(endpoint_id, event_id), 0, -1)
+        pipe.lrange(keys.history_key(endpoint_id, event_id), 0, -1)
     sends: dict[str, list[float]] = {}
     for event_id, records in zip(event_ids, pipe.execute(), strict=True):
         attempts = [json.loads(text) for text in records]

@@ -15,6 +15,7 @@ from bench.common import RedisServer
 from bench.compare_meters import CpuMeter, RssSampler
 from bench.compare_procs import EVENT_TYPE, Contender, PoolWorker, ReceiverProcess
 from bench.compare_procs import payload as make_payload
+from hookline.store import keys
 
 LOOPBACK = "127.0.0.0/8"
 #: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency).
@@ -57,7 +58,7 @@ def target(contender: Contender, receiver: ReceiverProcess, name: str, *, delay_
     url = receiver.refuse_url(contender.name) if refused else receiver.url(name, delay_ms)
     if not contender.hookline:
         return url
-    from app.endpoints import EndpointRegistry
+    from hookline.store.endpoints import EndpointRegistry
 
     EndpointRegistry(contender.client).add(name, url, rate=rate)
     return name
@@ -192,11 +193,10 @@ def busiest_windows(times: list[float], width: float, limit: int) -> tuple[int, 
 def send_times(client: redis.Redis, endpoint_id: str, events: int) -> list[float]:
     """When each attempt left a worker, from Hookline's attempt history (end - latency):
     the limiter's view, before the variable delay to the receiver's arrival time."""
-    from app.history import history_key
 
     pipe = client.pipeline(transaction=False)
     for n in range(events):
-        pipe.lrange(history_key(endpoint_id, f"{endpoint_id}-{n:06d}"), 0, -1)
+        pipe.lrange(keys.history_key(endpoint_id, f"{endpoint_id}-{n:06d}"), 0, -1)
     records = [json.loads(text) for texts in pipe.execute() for text in texts]
     return sorted(float(r["at"]) - float(r["latency"]) for r in records)
 
@@ -208,7 +208,7 @@ def rate_limit(workdir: Path, receiver: ReceiverProcess, events: int,
     try:
         contender.wait_consuming()
         endpoint = target(contender, receiver, "rate", rate=RATE)
-        from app.endpoints import EndpointRegistry
+        from hookline.store.endpoints import EndpointRegistry
 
         burst = EndpointRegistry(contender.client).require(endpoint).effective_burst()
         messages = contender.messages(endpoint, "rate", events)
@@ -251,10 +251,9 @@ def enqueue_cost(calls: int, blocks: int = 4) -> dict[str, Any]:
     """Part 7: ``app.send_webhook`` vs ``deliver.delay()`` (and the naive task's ``.delay()``,
     for reference) on the benchmark's own Redis, no worker; alternating blocks, after a
     warm-up of 100 calls each. BENCH_NAIVE_BROKER_URL must name that Redis too."""
-    from app import send_webhook
-    from app.endpoints import EndpointRegistry
     from bench.naive import webhook
-    from tasks.webhooks import deliver
+    from hookline import deliver, send_webhook
+    from hookline.store.endpoints import EndpointRegistry
 
     EndpointRegistry().add("enqueue", "http://127.0.0.1:9/hook")
     url = "http://127.0.0.1:9/hook"

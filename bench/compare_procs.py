@@ -126,8 +126,8 @@ class Contender:
 
     def messages(self, target: str, prefix: str, count: int, start: int = 0) -> list[str]:
         """Broker messages ready to push: ``target`` is an endpoint id (Hookline) or a URL."""
-        from app.celery import app as celery_app
-        from app.schedule import build_message
+        from hookline.store.schedule import build_message
+        from hookline.worker.celery import app as celery_app
 
         built = []
         for n in range(start, start + count):
@@ -141,7 +141,7 @@ class Contender:
 
     def push(self, messages: list[str]) -> float:
         """LPUSH the messages in pipelines of 1,000 (kombu's publish); Unix time of the first."""
-        from app.store import ring
+        from hookline.store.connection import ring
 
         started = time.time()
         for at in range(0, len(messages), 1000):

@@ -13,7 +13,7 @@ the state Redis counts only Hookline's own commands), a loopback receiver answer
    a script. Their sum is checked against commandstats.
 2. **Throughput, gated vs ungated**, R rounds alternating: N events of ``hookline.deliver``
    (admit, send, settle) and N of ``bench.ungated`` (the same signed request through
-   ``app.sender.send``, no gates), timed from the first publish until the receiver has seen all
+   ``hookline.delivery.sender.send``, no gates), timed from the first publish until the receiver has seen all
    N requests. MONITOR is off here.
 
 Prints a markdown table and writes ``bench/results/gates.json``. Everything it starts is
@@ -43,7 +43,7 @@ from bench.report import METHOD, findings, report
 ENDPOINT = "bench"
 RESULTS = Path(__file__).resolve().parent / "results" / "gates.json"
 TASKS = {"gated": "hookline.deliver", "ungated": "bench.ungated"}
-#: EVALSHA is labelled with the script it runs (app/lua/<name>.lua), from its SHA1.
+#: EVALSHA is labelled with the script it runs (hookline/store/lua/<name>.lua), from its SHA1.
 GATE_COMMANDS = ("evalsha admit", "evalsha settle")
 #: What redis-py sends when it opens a pooled connection (and PING after 30 s idle): a cost per
 #: connection, not per delivery. CLIENT SETINFO and MAINT_NOTIFICATIONS are rejected by Redis
@@ -146,8 +146,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                "HOOKLINE_DLQ_SPOOL": str(workdir / "dlq-spool.jsonl"),
                "CELERY_WORKER_PREFETCH_MULTIPLIER": "1"}
         os.environ.update(env)  # before app is imported: its settings are read once
-        from app.celery import app as celery_app
-        from app.endpoints import EndpointRegistry
+        from hookline.store.endpoints import EndpointRegistry
+        from hookline.worker.celery import app as celery_app
 
         stack.callback(celery_app.close)
         control = redis.Redis.from_url(state.url, decode_responses=True,

@@ -54,6 +54,7 @@ from bench.schedule_tools import (
     wait_count,
     worker_env,
 )
+from hookline.store import keys
 
 RESULTS = Path(__file__).resolve().parent / "results" / "schedule.json"
 RELEASE_COUNT = 10_000
@@ -62,14 +63,14 @@ RETRY_DELAY = 2.0
 
 def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
     """Part 1: N waiting retries, Hookline's schedule (``hookline``) or a countdown (``naive``)."""
-    from app.schedule import SCHEDULE_KEYS, RetrySchedule
+    from hookline.store.schedule import SCHEDULE_KEYS, RetrySchedule
 
     with ExitStack() as stack:
         server, client = private_redis(stack, kind, workdir)
         extra: dict[str, Any] = {}
         if kind == "hookline":
-            from app.celery import app as celery_app
-            from app.endpoints import EndpointRegistry
+            from hookline.store.endpoints import EndpointRegistry
+            from hookline.worker.celery import app as celery_app
 
             EndpointRegistry(client).add(ENDPOINT, REFUSED_URL, retry_policy={
                 "initial_backoff": 3600, "max_backoff": 3600})
@@ -131,8 +132,8 @@ def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
 
 def release_speed(workdir: Path, count: int = RELEASE_COUNT) -> dict[str, Any]:
     """Part 2: park ``count`` retries due now, then time release_due(batch=500) to empty."""
-    from app.celery import app as celery_app
-    from app.schedule import RetrySchedule, build_message
+    from hookline.store.schedule import RetrySchedule, build_message
+    from hookline.worker.celery import app as celery_app
 
     with ExitStack() as stack:
         _, client = private_redis(stack, "release", workdir)
@@ -170,10 +171,9 @@ def release_speed(workdir: Path, count: int = RELEASE_COUNT) -> dict[str, Any]:
 
 def retry_timing(workdir: Path, events: int) -> dict[str, Any]:
     """Part 3: lateness of 2 s retries while ``events`` first deliveries and their retries run."""
-    from app import store
-    from app.celery import app as celery_app
-    from app.endpoints import EndpointRegistry
     from examples.receiver import Receiver, Reply, fail_first
+    from hookline.store.endpoints import EndpointRegistry
+    from hookline.worker.celery import app as celery_app
 
     with ExitStack() as stack:
         server, client = private_redis(stack, "timing", workdir)
@@ -207,7 +207,7 @@ def retry_timing(workdir: Path, events: int) -> dict[str, Any]:
         time.sleep(1.0)  # the last settles
         pipe = client.pipeline(transaction=False)
         for n in range(events):
-            pipe.exists(store.done_key(ENDPOINT, f"timing-{n:06d}"))
+            pipe.exists(keys.done_key(ENDPOINT, f"timing-{n:06d}"))
         delivered = sum(pipe.execute())
         return {"events": events, "delivered": delivered, "retried": len(late),
                 "requests": len(receiver.received), "seconds": round(seconds, 1),
@@ -223,7 +223,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         # The bench process's own app (it builds broker messages) talks to this one only.
         _, client = control_redis(stack, workdir)
-        from app.celery import app as celery_app
+        from hookline.worker.celery import app as celery_app
 
         stack.callback(celery_app.close)
         stack.callback(hold_signals)

@@ -88,8 +88,8 @@ def wait_count(count: Callable[[], int], target: int, worker: Worker, timeout: f
 def publish(client: redis.Redis, celery_app: Any, task: str, queue: str, count: int,
             prefix: str) -> float:
     """LPUSH ``count`` first deliveries onto ``queue`` in pipelines of 1000; seconds taken."""
-    from app.schedule import build_message
-    from app.store import ring
+    from hookline.store.connection import ring
+    from hookline.store.schedule import build_message
 
     started = time.perf_counter()
     for start in range(0, count, 1000):
@@ -111,7 +111,7 @@ class LagSampler:
     queues are, so retry lateness splits into releasing late and waiting for a worker."""
 
     def __init__(self, port: int) -> None:
-        from app.schedule import RetrySchedule
+        from hookline.store.schedule import RetrySchedule
 
         self.client = redis.Redis(port=port, decode_responses=True)
         self.schedule = RetrySchedule(self.client)

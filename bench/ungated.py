@@ -1,7 +1,7 @@
 """``bench.ungated``: Hookline's request without its gates, the baseline of ``bench.gates``.
 
 The same worker (``celery -A app worker --include bench.ungated``) sends the same Standard
-Webhooks request through ``app.sender.send`` (pooled session per thread, signing, timeouts,
+Webhooks request through ``hookline.delivery.sender.send`` (pooled session per thread, signing, timeouts,
 capped body read), but skips admit and settle: no idempotency marker, lease, breaker or rate
 limit. The endpoint is read from the registry once per worker process, not per event, so the
 task touches Hookline's Redis only on its first run. Benchmark use only: nothing in ``app``
@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any
 
-from app.celery import app
-from app.endpoints import Endpoint, EndpointRegistry
-from app.sender import WebhookEvent, send
+from hookline.delivery.sender import WebhookEvent, send
+from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.worker.celery import app
 
 _endpoints: dict[str, Endpoint] = {}
 _lock = threading.Lock()

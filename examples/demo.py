@@ -47,10 +47,12 @@ from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from app import send_webhook, store  # noqa: E402
-from app.deadletter import DLQ_KEY, DeadLetter, DeadLetterFilter, DeadLetterQueue  # noqa: E402
-from app.endpoints import EndpointRegistry  # noqa: E402
 from examples.receiver import DEMO_ROUTES, Receiver  # noqa: E402
+from hookline import send_webhook  # noqa: E402
+from hookline.store import connection as store  # noqa: E402
+from hookline.store import keys  # noqa: E402
+from hookline.store.deadletter import DLQ_KEY, DeadLetter, DeadLetterFilter, DeadLetterQueue  # noqa: E402
+from hookline.store.endpoints import EndpointRegistry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_LOG = ROOT / ".demo-worker.log"
@@ -148,7 +150,7 @@ def final_states(client: redis.Redis, events: dict[str, str]) -> dict[str, str]:
     ids = list(events)
     pipe = client.pipeline(transaction=False)
     for event_id in ids:
-        pipe.exists(store.done_key(events[event_id], event_id))
+        pipe.exists(keys.done_key(events[event_id], event_id))
         pipe.hget(DLQ_KEY, f"{events[event_id]}/{event_id}")
     replies = pipe.execute()
     states: dict[str, str] = {}

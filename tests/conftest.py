@@ -46,9 +46,9 @@ os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")
 
 from celery.signals import after_task_publish  # noqa: E402
 
-from app import store  # noqa: E402
-from app.celery import DELIVERY_QUEUE  # noqa: E402
 from examples.receiver import Receiver  # noqa: E402
+from hookline.core.messages import DELIVERY_QUEUE  # noqa: E402
+from hookline.store import connection as store  # noqa: E402
 
 
 def _hookline_keys_deleted() -> None:
@@ -95,7 +95,7 @@ def flushed(url: str) -> Iterator[redis.Redis]:
 def quiet_redis() -> Iterator[redis.Redis]:
     """Hookline's Redis switched, for one test, to a database no worker of the session uses
     (3): nothing parked there is released or delivered behind the test's back."""
-    from app import config
+    from hookline.core import config
 
     url = isolated_url(3)
     client = redis.Redis.from_url(url, decode_responses=True)
@@ -210,9 +210,9 @@ class Publications:
                 taken.discard(task_id)
         if not taken:
             return
-        from app.deadletter import DeadLetterQueue
-        from app.gates import Gate
-        from app.schedule import RetrySchedule
+        from hookline.store.deadletter import DeadLetterQueue
+        from hookline.store.gates import Gate
+        from hookline.store.schedule import RetrySchedule
 
         queue, gate, schedule = DeadLetterQueue(), Gate(), RetrySchedule()
         ids = [(endpoint_id, event_id) for (_, endpoint_id, event_id), task_id

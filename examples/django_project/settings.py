@@ -21,7 +21,7 @@ ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
-    "app.contrib.django",  # applies HOOKLINE below at start-up
+    "hookline.contrib.django",  # applies HOOKLINE below at start-up
     "examples.django_project.orders",
 ]
 MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]

@@ -20,8 +20,8 @@ from typing import Any
 from flask import Flask, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from app import WebhookInputError
-from app.contrib.flask import Hookline
+from hookline import WebhookInputError
+from hookline.contrib.flask import Hookline
 
 hookline = Hookline()
 

@@ -12,8 +12,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from app.contrib.django import send_webhook_on_commit
 from examples.django_project.orders.models import Order
+from hookline.contrib.django import send_webhook_on_commit
 
 
 class PaymentDeclined(Exception):

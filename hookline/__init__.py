@@ -1,0 +1,49 @@
+"""Hookline: outbound webhook delivery on Celery and Redis.
+
+All a web process needs::
+
+    import hookline
+
+    hookline.send_webhook("shop-42", "order.created", {"order": 1234})   # checked, then queued
+    hookline.deliver.delay("shop-42", "order.created", {"order": 1234})  # queued as it is
+
+Both publish the task ``hookline.deliver`` by name on Hookline's own Celery instance, which is
+never the process's current app. Workers run ``celery -A hookline.worker worker``. Settings
+come from the environment (``REDIS_URL``, ``HOOKLINE_*``), read the same way by every process.
+
+Nothing is imported until it is used: ``import hookline.core.policy`` loads no Celery.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+if TYPE_CHECKING:
+    from hookline.core.errors import HooklineError
+    from hookline.delivery.publisher import deliver
+    from hookline.enqueue import WebhookInputError, send_webhook
+
+_LAZY = {
+    "send_webhook": "hookline.enqueue",
+    "WebhookInputError": "hookline.enqueue",
+    "deliver": "hookline.delivery.publisher",
+    "HooklineError": "hookline.core.errors",
+}
+
+__all__ = ["HooklineError", "WebhookInputError", "__version__", "deliver", "send_webhook"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hookline' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

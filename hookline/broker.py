@@ -1,0 +1,263 @@
+"""kombu's Redis transport, made so that a worker dying at any instant loses no message.
+
+Selected in celeryconfig (``broker_transport``); the URL stays ``redis://...`` and the keys,
+message format, acknowledgement and visibility-timeout restore are kombu's own, so workers
+and producers using the stock transport can share the queues (see "mixed fleets" below).
+
+**The window it closes.** kombu consumes with ``BRPOP``, which takes the message off its list,
+and only then, in a second round trip, records it in the ``unacked`` hash from which a dead
+worker's messages are restored. A worker killed between the two (a whole container killed, or
+the reply still in the socket while the event loop is busy) loses that message for good: the
+fault run lost 2 of 3,000 events this way. Here one Lua script (``hookline/store/lua/consume.lua``) takes
+the message and records it in the same atomic step, so a message is always on its list or in
+the unacked hash, and kombu's restore sweep brings back whatever a dead worker held.
+
+**Blocking without taking.** A script cannot block, so when every queue is empty the consumer
+blocks on a doorbell, a one-entry Redis stream that every push adds to (this transport's
+publish, kombu's restore, the retry releaser), reading from the id the script saw: a push
+between the script and the block wakes it at once. Several idle workers all wake, and one
+takes the message.
+
+**Mixed fleets.** A producer on the stock transport (or anything pushing onto the lists by
+hand) does not ring the doorbell; its messages are still taken, at the latest after the
+blocking read's timeout (kombu's ``brpop_timeout``, 1 s). With a ``global_keyprefix`` this
+transport falls back to kombu's BRPOP.
+
+**Not messages.** An item on a queue's list that is not a kombu message (garbage pushed by
+hand or by a broken producer) is kept in the dead-letter queue (reason ``malformed``) and only
+then removed from its list, instead of stopping the worker with "Unrecoverable error".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from time import monotonic, time
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+
+from hookline.core import metrics
+from hookline.core.config import settings
+from hookline.core.logs import log_event
+from hookline.delivery.retries import dead_letter_text
+from hookline.store.connection import load_script, ring
+from hookline.store.keys import DOORBELL_KEY
+from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
+
+logger = logging.getLogger("hookline")
+_CONSUME = load_script("consume")
+_CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
+
+
+#: Most deliveries to held endpoints consume.lua parks in one call (bounds its run time).
+PARK_BATCH = 200
+
+
+def _report_parked(entries: list[Any]) -> None:
+    """Log and count the deliveries consume.lua parked for held endpoints: each is a deferral,
+    the same as a worker would have logged."""
+    for entry in entries:
+        endpoint_id, event_id, reason, countdown = bytes_to_str(entry).split("\t")
+        log_event("delivery.deferred", endpoint_id=endpoint_id, event_id=event_id,
+                  reason=reason, countdown=round(int(float(countdown)) / 1000.0, 3),
+                  by="consumer")
+        metrics.count_deferral(endpoint_id, reason)
+
+
+class QoS(kombu_redis.QoS):
+    def append(self, message: Any, delivery_tag: str) -> None:
+        recorded = getattr(self.channel, "_recorded", None)
+        if recorded is not None and delivery_tag in recorded:
+            # consume.lua already wrote the unacked record: only the in-memory bookkeeping.
+            recorded.discard(delivery_tag)
+            virtual.QoS.append(self, message, delivery_tag)
+            return
+        super().append(message, delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """Put this channel's unacknowledged messages back on their queues (on close).
+
+        When the channel closes because Redis went away this fails (see
+        ``Channel._create_client``); the messages are still recorded in the unacked hash, so
+        leaving them there loses nothing: the restore sweep puts them back after the visibility
+        timeout. Swallowed here so that the rest of the channel's close still runs.
+        """
+        try:
+            super().restore_unacked(client)
+        except RedisError as exc:
+            logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
+                           "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
+            self._delivered.clear()
+
+
+class Channel(kombu_redis.Channel):
+    QoS = QoS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        #: Delivery tags consume.lua recorded, until QoS.append sees them.
+        self._recorded: set[str] = set()
+        #: The doorbell id to block from, after a consume found every queue empty: while it
+        #: is set, the command pending on the consuming connection is the blocking XREAD.
+        self._wait_from: str | None = None
+        self._shared_client: tuple[Any, Any] | None = None
+        super().__init__(*args, **kwargs)
+        if not self.global_keyprefix:
+            self._load_script()  # now, rather than on the first NOSCRIPT reply
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        """One client per connection pool, not a new one per call: kombu builds a fresh
+        ``redis.Redis`` (costly in redis-py 8) for every ack and every published event. A
+        client on a pool is thread-safe; the consuming connection (``asynchronous``) keeps
+        kombu's own.
+
+        On a channel closed because Redis went away (a task that ran across a reconnect
+        acknowledges on it, or its close restores), kombu 5.7 fails with ``AttributeError``
+        on the vanished connection details and Celery stops the worker ("Unrecoverable
+        error"). A connection error is what kombu's and Celery's callers handle: the message
+        stays recorded in the unacked hash and the sweep restores it after the visibility
+        timeout (the idempotency gate stops a second send if it was delivered)."""
+        if asynchronous:
+            return super()._create_client(asynchronous=True)
+        connection = self.connection
+        if connection is None or connection.client is None:
+            raise RedisConnectionError("the broker channel is closed")
+        pool = self.pool
+        shared = self._shared_client
+        if shared is None or shared[0] is not pool:
+            shared = self._shared_client = (pool, super()._create_client())
+        return shared[1]
+
+    # -- consuming -------------------------------------------------------------------------
+
+    def _brpop_start(self, timeout: Any = None) -> None:
+        if self.global_keyprefix:
+            return super()._brpop_start(timeout)
+        if timeout is None:
+            timeout = self.brpop_timeout
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        connection = self.client.connection
+        if self._wait_from is not None:
+            # Every queue was empty: block until a push rings the doorbell (or the timeout,
+            # for pushes that do not ring it), then consume again.
+            block_ms = max(1, round(timeout * 1000)) if timeout else 0
+            command: list[Any] = ["XREAD", "BLOCK", block_ms, "STREAMS", DOORBELL_KEY,
+                                  self._wait_from]
+        else:
+            keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
+                    for queue in queues]
+            config = settings()
+            park_held = config.broker_url == config.redis_url
+            command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys), self.unacked_key,
+                       self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS, WAKE_KEY, *keys,
+                       repr(time()), "1" if park_held else "0", config.schedule_max,
+                       config.schedule_max_per_endpoint, PARK_BATCH]
+        self._in_poll = connection
+        self._brpop_sent_at = monotonic()  # type: ignore[assignment]
+        connection.send_command(*command)
+
+    def _brpop_read(self, **options: Any) -> Any:
+        if self.global_keyprefix:
+            return self._brpop_read_stock(**options)
+        waited = self._wait_from is not None
+        try:
+            try:
+                reply = self.client.parse_response(
+                    self.client.connection, "XREAD" if waited else "EVALSHA", **options)
+            except NoScriptError:
+                self._load_script()
+                raise kombu_redis.Empty() from None
+            except self.connection_errors:
+                self.client.connection.disconnect()
+                raise
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            self._flush_brpop_reauth()
+        if waited:
+            self._wait_from = None  # woken (or timed out): look at the queues again
+            raise kombu_redis.Empty()
+        kind = bytes_to_str(reply[0])
+        _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
+        if kind == "empty":
+            self._wait_from = bytes_to_str(reply[1])
+            raise kombu_redis.Empty()
+        if kind == "more":
+            raise kombu_redis.Empty()  # parked a batch of held deliveries: look again at once
+        key, item = bytes_to_str(reply[1]), bytes_to_str(reply[2])
+        if kind == "bad":
+            self._drop_bad_item(key, item)
+            raise kombu_redis.Empty()
+        message = loads(item)
+        dest = key.rsplit(self.sep, 1)[0]
+        self._queue_cycle.rotate(dest)
+        tag = message["properties"]["delivery_tag"]
+        self._recorded.add(tag)
+        try:
+            self.connection._deliver(message, dest)
+        finally:
+            if tag in self._recorded:
+                # Delivered to a no-ack consumer (or to none): it is done with, as kombu's own
+                # BRPOP would have it; do not restore it later.
+                self._recorded.discard(tag)
+                self.qos._remove_from_indices(tag).execute()
+        return True
+
+    def _brpop_read_stock(self, **options: Any) -> Any:
+        try:
+            return super()._brpop_read(**options)
+        except json.JSONDecodeError as exc:
+            # BRPOP already took the item off the list: keep it, then carry on polling.
+            dead_letter_text(str(exc.doc), f"not a broker message: {exc.msg}")
+            raise kombu_redis.Empty() from None
+
+    def _load_script(self) -> None:
+        with self.conn_or_acquire() as client:
+            client.script_load(_CONSUME)
+
+    def _drop_bad_item(self, key: str, item: str) -> None:
+        digest = hashlib.sha1(item.encode("utf-8", "replace")).hexdigest()[:20]
+        # Kept first, then removed: a worker dying in between leaves it on the list, to be
+        # kept again (same id, so the same dead letter) by the next consumer.
+        if dead_letter_text(item, "not a broker message (not a kombu JSON envelope)",
+                            task_id=f"raw-{digest}"):
+            with self.conn_or_acquire() as client:
+                client.lrem(key, -1, item)
+
+    # -- publishing ------------------------------------------------------------------------
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        publish_batch = kwargs.get("_publish_batch")
+        if self.global_keyprefix:
+            return super()._put(queue, message, **kwargs)
+        if publish_batch is not None:
+            super()._put(queue, message, **kwargs)
+            publish_batch.add("xadd", DOORBELL_KEY, {"n": "1"}, "*", 1, False)
+            return None
+        pri = self._get_message_priority(message, reverse=False)
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            pipe.lpush(self._q_for_pri(queue, pri), dumps(message))
+            if self._expires and queue in self._expires:
+                for step in self.priority_steps:
+                    pipe.pexpire(self._q_for_pri(queue, step), self._expires[queue])
+            ring(pipe)
+            pipe.execute()
+        return None
+
+    def _do_restore_message(self, payload: Any, exchange: Any, routing_key: Any, pipe: Any,
+                            leftmost: bool = False) -> None:
+        super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)
+        if not self.global_keyprefix:
+            ring(pipe)
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel

@@ -1,0 +1,138 @@
+"""Celery settings for Hookline's worker and publishers. Every value can be set from the
+environment; each says why.
+
+Read by its full name (``hookline.celeryconfig``), so a host project's own ``celeryconfig.py``
+never takes its place. Hookline's own settings (retry policy, timeouts, limits) are validated in
+``hookline/core/config.py``; the values both need (broker URL, visibility timeout) come from
+there through :func:`broker_settings`, so they always agree.
+"""
+
+import os
+import warnings
+from typing import Any
+
+from kombu import Exchange, Queue
+
+from hookline import compat
+from hookline.core.config import Settings, settings
+from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
+
+
+def broker_settings(config: Settings) -> dict[str, Any]:
+    """The Celery settings that follow Hookline's: the broker, its transport and options."""
+    options = {
+        "visibility_timeout": config.visibility_timeout,
+        # Look for unacknowledged messages of dead workers every tenth of the timeout (kombu's
+        # default is every ~100 s), so one comes back within about 1.1 x the timeout.
+        "unacked_restore_interval": max(1, round(config.visibility_timeout / 10)),
+        "unacked_restore_throttle": 1,
+        # The lock a worker holds while it restores such messages: a worker killed while
+        # holding it would stop every restore for kombu's default 300 s. A sweep takes ms.
+        "unacked_mutex_expire": 10,
+    }
+    values: dict[str, Any] = {"broker_url": config.broker_url,
+                              "broker_transport_options": options}
+    if config.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        unsupported = compat.problems(versions_only=True)
+        if unsupported:
+            # A worker refuses to start here (hookline/worker/boot.py); a publisher goes on
+            # with kombu's stock transport, which loses only the doorbell's prompt wake-up.
+            warnings.warn("hookline: " + "; ".join(unsupported) + ": publishing with kombu's "
+                          "stock Redis transport", RuntimeWarning, stacklevel=2)
+        else:
+            # The Redis transport that loses no message when a worker dies (hookline/broker.py).
+            values["broker_transport"] = "hookline.broker:Transport"
+    return values
+
+
+_broker = broker_settings(settings())
+
+# The broker is the same Redis as Hookline's state unless CELERY_BROKER_URL says otherwise.
+broker_url = _broker["broker_url"]
+# Results are not stored: the outcome of a delivery lives in Redis (done marker, dead-letter
+# queue), and a result backend would only add a write per task.
+result_backend = None
+task_ignore_result = True
+
+# JSON only: task arguments are an endpoint id, an event type and a JSON payload, and JSON
+# can be read by Flower, by other languages and by an operator with redis-cli. Pickle would let
+# anyone who can write to the queue run code in the worker.
+task_serializer = "json"
+accept_content = ["json"]
+result_serializer = "json"
+
+# Late acknowledgement: a message is acknowledged only after the attempt has an outcome that is
+# durable (delivered and marked done, retry published, or dead-lettered). A worker that dies
+# mid-send leaves the message unacknowledged and it is delivered again; the idempotency gate's
+# done marker stops a second send of an event whose delivery was already recorded.
+task_acks_late = True
+# A pool child killed mid-send (OOM, SIGKILL) requeues its message at once instead of losing it;
+# the admit script counts unsettled starts so a message that kills workers every time ends in
+# the dead-letter queue (reason worker_lost) instead of looping.
+task_reject_on_worker_lost = True
+# Failures are dead-lettered (the task_failure handler) before the message is acknowledged, so
+# acknowledging a failed task loses nothing and a poison message does not loop.
+task_acks_on_failure = True
+task_acks_on_timeout = True
+# If the broker connection drops, running tasks' messages return to the queue; cancelling them
+# avoids a second copy running beside the first.
+worker_cancel_long_running_tasks_on_connection_loss = True
+
+# Prefetch one message per execution slot: a worker must not hoard events that another, idle
+# worker could send now, and a crash returns at most one message per slot to the queue.
+worker_prefetch_multiplier = int(os.environ.get("CELERY_WORKER_PREFETCH_MULTIPLIER", "1"))
+
+# How long an unacknowledged message stays invisible before Redis hands it to another worker:
+# how late the messages of a worker that died entirely (the whole container, not a pool child)
+# come back. It must exceed the longest a live worker holds a message (one attempt, as
+# prefetch is one per slot); app/config.py checks that. Retries never wait in the broker (they
+# wait in Hookline's retry schedule), so no countdown has to fit inside it.
+broker_transport_options = _broker["broker_transport_options"]
+# Retry publishing (a first delivery or a retry) for a few seconds when Redis blips, instead of
+# failing at once; past that the caller gets the error (send_webhook) or the event is
+# dead-lettered (a retry that cannot be published).
+task_publish_retry = True
+task_publish_retry_policy = {"max_retries": 3, "interval_start": 0, "interval_step": 0.5,
+                             "interval_max": 2}
+broker_connection_retry_on_startup = True
+
+# Webhook sending is I/O-bound: a thread pool keeps one worker process busy with many
+# receivers at once, so a receiver that takes 100 ms to answer does not cap throughput at
+# concurrency / 0.1 s. Threads share one Redis pool and have HTTP connection pools of their own.
+# 64 slots: a worker process tops out near one core (~300 deliveries/s on this project's
+# machine), and at 100 ms per answer that takes 30+ attempts in flight; 64 leaves room for
+# slower receivers. Celery's time limits are not enforced under threads: the HTTP client's
+# connect and read timeouts bound every attempt instead.
+worker_pool = os.environ.get("CELERY_WORKER_POOL", "threads")
+worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "64"))
+
+# Two queues: first deliveries and retries. `celery -A app worker` with no -Q consumes both.
+task_default_queue = DELIVERY_QUEUE
+# Each queue has its own exchange and routing key, so a message lands in exactly one of them.
+task_queues = (
+    Queue(DELIVERY_QUEUE, Exchange(DELIVERY_QUEUE), routing_key=DELIVERY_QUEUE),
+    Queue(RETRY_QUEUE, Exchange(RETRY_QUEUE), routing_key=RETRY_QUEUE),
+)
+task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE}}
+
+# Task events for Flower: names and arguments (endpoint id, event type, event id: never a URL
+# or secret, which stay in the endpoint registry).
+worker_send_task_events = True
+task_send_sent_event = True
+
+# On SIGTERM the worker stops taking messages and lets running attempts finish (warm shutdown);
+# messages it prefetched but did not start go back to the queue. A soft shutdown timeout gives
+# running attempts this many seconds after a second signal before the cold shutdown. Container
+# stop grace periods must be longer than the longest attempt plus this.
+worker_soft_shutdown_timeout = float(os.environ.get("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", "30"))
+worker_enable_soft_shutdown_on_idle = True
+
+worker_hijack_root_logger = True
+worker_redirect_stdouts = False
+
+# A message that is not a valid task (undecodable, unknown task name, malformed) is kept in the
+# dead-letter queue (reason malformed) before Celery drops it, instead of vanishing; and an item
+# on a queue's list that is not a message at all no longer stops the worker (hookline/broker.py).
+worker_consumer = "hookline.worker.consumer:HooklineConsumer"
+if "broker_transport" in _broker:
+    broker_transport = _broker["broker_transport"]

@@ -1,0 +1,110 @@
+"""``hookline event show``: the attempts of one event and what became of it (``hookline.store.history``).
+
+Attempts are kept for ``HOOKLINE_HISTORY_RETENTION`` after an event's latest attempt, the latest
+``HOOKLINE_HISTORY_ATTEMPTS`` of them. Attempt times are the worker's clock, retry due times
+Redis's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from hookline.cli.output import echo_fields, echo_json, echo_table, format_age, format_time, shorten
+from hookline.core.config import settings
+from hookline.store.events import EventDelivery, EventView
+from hookline.store.history import RecentAttempts
+
+
+def _state(delivery: EventDelivery) -> str:
+    if delivery.state == "dead_lettered" and delivery.dead_letter is not None:
+        entry = delivery.dead_letter
+        detail = f": {entry.detail}" if entry.detail else ""
+        return (f"dead-lettered ({entry.reason}{detail}) "
+                f"{format_time(entry.dead_lettered_at)}; see 'hookline dlq show {entry.id}'")
+    if delivery.state == "scheduled":
+        due = format_time(delivery.retry_due) if delivery.retry_due else "being released"
+        return f"retry scheduled, due {due}"
+    return {
+        "delivered": "delivered",
+        "in_flight": "an attempt is in flight",
+        "pending": "no outcome recorded yet (waiting in a queue, or deferred)",
+    }.get(delivery.state, delivery.state)
+
+
+def _echo_delivery(delivery: EventDelivery) -> None:
+    echo_fields([
+        ("event", delivery.event_id),
+        ("endpoint", delivery.endpoint_id),
+        ("state", _state(delivery)),
+        ("attempts kept", len(delivery.attempts)),
+    ])
+    if not delivery.attempts:
+        return
+    click.echo()
+    echo_table(
+        ["attempt", "ended", "outcome", "status", "latency", "error", "response"],
+        [
+            (record.attempt, format_time(record.at), record.outcome, record.status,
+             f"{record.latency * 1000:.0f}ms", record.error or None,
+             shorten(record.response, 40) or None)
+            for record in delivery.attempts
+        ],
+    )
+
+
+@click.group()
+def event() -> None:
+    """Look up what happened to an event."""
+
+
+@event.command("show")
+@click.argument("event_id", metavar="EVENT_ID")
+@click.option("--endpoint", "endpoint_id", metavar="ID",
+              help="Only this endpoint's delivery of the event (without it, every endpoint's "
+                   "keys are scanned for the event: slower on a large Redis).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def event_show(event_id: str, endpoint_id: str | None, as_json: bool) -> None:
+    """Show each kept attempt of EVENT_ID (time, status, latency, error, the start of the
+    response) and whether it was delivered, is scheduled for a retry or was dead-lettered."""
+    view = EventView()
+    endpoint_ids = [endpoint_id] if endpoint_id else view.endpoints_of(event_id)
+    deliveries = [view.delivery(found, event_id) for found in endpoint_ids]
+    deliveries = [found for found in deliveries if found.attempts or found.state != "pending"]
+    if not deliveries:
+        where = f" at endpoint {endpoint_id!r}" if endpoint_id else ""
+        kept = format_age(settings().history_retention)
+        raise click.ClickException(
+            f"nothing recorded for event {event_id!r}{where}: no attempt in the last {kept} "
+            "(HOOKLINE_HISTORY_RETENTION), no scheduled retry, no dead letter; it may still "
+            "be waiting in the hookline queue")
+    if as_json:
+        report: dict[str, Any] = {"event_id": event_id,
+                                  "deliveries": [found.as_dict() for found in deliveries]}
+        echo_json(report)
+        return
+    for number, found in enumerate(deliveries):
+        if number:
+            click.echo()
+        _echo_delivery(found)
+
+
+def describe_recent(recent: RecentAttempts) -> str:
+    """``97% delivered of the last 100 attempts (97 delivered, 3 failed)``: for ``endpoint
+    show``."""
+    if recent.success_rate is None:
+        return "none recorded"
+    counts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(
+        recent.counts().items(), key=lambda pair: (-pair[1], pair[0])))
+    plural = "s" if recent.attempts != 1 else ""
+    return (f"{recent.success_rate:.0%} delivered of the last {recent.attempts} "
+            f"attempt{plural} ({counts})")
+
+
+def describe_last_error(recent: RecentAttempts) -> str | None:
+    """``HTTP 503, 2026-11-29 16:52:13 (5m ago), event evt-1``: for ``endpoint show``."""
+    if not recent.last_error:
+        return None
+    return (f"{recent.last_error}, {format_time(recent.last_error_at)}, "
+            f"event {recent.last_error_event}")

@@ -1,0 +1,294 @@
+"""Hookline's settings: read once from the environment, validated, with the variable named in
+every error. ``celeryconfig.py`` reads the Celery side from here too, so both agree."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hookline.core.errors import HooklineError
+from hookline.core.policy import PolicyError, RetryPolicy
+from hookline.core.ssrf import Network, parse_networks
+
+#: Longest read timeout an endpoint may have, seconds.
+MAX_READ_TIMEOUT = 120.0
+#: Seconds an in-flight lease outlives the longest its attempt can take.
+LEASE_MARGIN = 10.0
+
+
+class ConfigError(HooklineError, ValueError):
+    """An environment variable holds a value Hookline cannot use; the message names it."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings. Times are seconds, sizes bytes."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    broker_url: str = "redis://127.0.0.1:6379/0"
+    #: Seconds an unacknowledged message stays invisible before the broker hands it to another
+    #: worker: how late the messages held by a worker that died entirely come back. It must
+    #: exceed the longest a live worker holds one (waiting for a slot, then one attempt).
+    visibility_timeout: float = 300.0
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    #: Longest Retry-After honoured; a receiver asking for more gets this.
+    retry_after_cap: float = 3600.0
+    #: Seconds to connect to a receiver.
+    connect_timeout: float = 5.0
+    #: Default seconds to wait for the response (an endpoint's ``timeout`` overrides it).
+    read_timeout: float = 15.0
+    #: Largest JSON payload accepted at enqueue.
+    max_payload_bytes: int = 256 * 1024
+    #: Response body bytes read and kept; the rest is discarded unread.
+    max_response_bytes: int = 64 * 1024
+    #: How long a dead letter can still be replayed; the `done` marker lives for the retry window
+    #: plus this, so a replay of an event delivered meanwhile is not sent twice.
+    replay_horizon: float = 7 * 86400.0
+    #: Times an attempt may be started without being settled (worker killed mid-send) before the
+    #: event is dead-lettered as a poison message (reason ``worker_lost``).
+    max_unsettled_starts: int = 3
+    #: Where dead letters go when Redis itself is unreachable; moved into Redis later.
+    dlq_spool_path: str = "hookline-dlq-spool.jsonl"
+    #: Seconds a dead letter is kept; older ones are trimmed (``hookline dlq trim``, and at
+    #: most once a minute when a dead letter is added). 0 keeps them forever. Never by size.
+    dlq_retention: float = 30 * 86400.0
+    #: Consecutive retryable failures that open an endpoint's circuit breaker.
+    breaker_threshold: int = 5
+    #: Seconds an opened breaker waits before one probe may go through; doubled after each
+    #: failed probe up to ``breaker_max_cooldown``.
+    breaker_cooldown: float = 30.0
+    breaker_max_cooldown: float = 600.0
+    #: Networks the SSRF guard lets through although they are private (e.g. 127.0.0.0/8 for
+    #: the demo and tests, or an internal receivers' subnet). Empty: only public addresses.
+    allowed_networks: tuple[Network, ...] = ()
+    #: Refuse http:// endpoints (at registration and at send time).
+    https_only: bool = False
+    #: Seconds an old signing secret stays valid (and signs too) after a rotation.
+    secret_overlap: float = 86400.0
+    #: Caps on scheduled retries, in all and per endpoint; past them: dead letter backlog_full.
+    schedule_max: int = 1_000_000
+    schedule_max_per_endpoint: int = 100_000
+    #: Most messages the retry queue holds; due retries past it wait in the schedule, so the
+    #: workers' share for first deliveries stays free.
+    retry_queue_limit: int = 1000
+    #: Where due retries are released: "worker" (a thread in every worker) or "off" (run
+    #: ``hookline releaser`` as its own process).
+    releaser: str = "worker"
+    #: Longest a releaser sleeps between looks at the schedule, seconds.
+    releaser_max_sleep: float = 1.0
+    #: Port of the worker's Prometheus metrics server; 0: no server.
+    metrics_port: int = 9808
+    log_format: str = "text"
+    #: Seconds an event's attempt history is kept after its latest attempt; 0: none is kept.
+    history_retention: float = 7 * 86400.0
+    #: Most attempts kept per event (the latest ones).
+    history_attempts: int = 50
+    #: Response body bytes kept with each attempt in the history; 0: none.
+    history_body_bytes: int = 256
+
+    def lease_seconds(self, read_timeout: float | None = None) -> float:
+        """How long an attempt's in-flight lease lives: the longest the attempt can take
+        (connect, then the response and its body within twice the read timeout), plus a
+        margin. The admit script computes the same from the endpoint's own timeout."""
+        read = self.read_timeout if read_timeout is None else read_timeout
+        return self.connect_timeout + 2 * read + LEASE_MARGIN
+
+    def longest_read_timeout(self) -> float:
+        """The longest read timeout an endpoint may have: its attempts must end, lease and
+        all, before the broker's visibility timeout hands the message to another worker."""
+        return min(MAX_READ_TIMEOUT,
+                   (self.visibility_timeout - self.connect_timeout - LEASE_MARGIN) / 2)
+
+    @property
+    def done_ttl(self) -> int:
+        return math.ceil(self.retry_policy.max_age + self.replay_horizon)
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0,
+            maximum: float = math.inf) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        bounds = f">= {minimum}" if maximum == math.inf else f"between {minimum} and {maximum}"
+        raise ConfigError(f"{name}={raw!r} must be a finite number {bounds}")
+    return value
+
+
+def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be >= {minimum}")
+    return value
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    port = _integer(env, name, default)
+    if port > 65535:
+        raise ConfigError(f"{name}={port} must be a TCP port (1-65535), or 0 for none")
+    return port
+
+
+#: Environment variable -> RetryPolicy field.
+POLICY_VARIABLES = {
+    "HOOKLINE_INITIAL_BACKOFF": "initial_backoff",
+    "HOOKLINE_BACKOFF_MULTIPLIER": "multiplier",
+    "HOOKLINE_MAX_BACKOFF": "max_backoff",
+    "HOOKLINE_JITTER": "jitter",
+    "HOOKLINE_MAX_ATTEMPTS": "max_attempts",
+    "HOOKLINE_MAX_AGE": "max_age",
+}
+
+
+def _retry_policy(env: Mapping[str, str]) -> RetryPolicy:
+    defaults = RetryPolicy()
+    values: dict[str, float | int] = {}
+    for variable, name in POLICY_VARIABLES.items():
+        if name == "max_attempts":
+            values[name] = _integer(env, variable, defaults.max_attempts, minimum=1)
+        else:
+            values[name] = _number(env, variable, getattr(defaults, name), minimum=-math.inf)
+    try:
+        return RetryPolicy(**values)  # type: ignore[arg-type]
+    except PolicyError as exc:
+        named = [v for v, n in POLICY_VARIABLES.items() if str(exc).startswith(n)]
+        prefix = named[0] if named else "HOOKLINE_* retry settings"
+        raise ConfigError(f"{prefix}: {exc}") from None
+
+
+def _networks(env: Mapping[str, str], name: str) -> tuple[Network, ...]:
+    try:
+        return parse_networks(env.get(name) or "")
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} must be true or false")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    value = (env.get(name) or choices[0]).strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} must be one of {', '.join(choices)}")
+    return value
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the settings; raise :class:`ConfigError` naming the bad variable."""
+    env = os.environ if env is None else env
+    redis_url = env.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(f"REDIS_URL={redis_url!r} must start with redis://, rediss:// or unix://")
+    log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
+    if log_format not in ("text", "json"):
+        raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
+    settings = Settings(
+        redis_url=redis_url,
+        broker_url=env.get("CELERY_BROKER_URL") or redis_url,
+        visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0),
+        retry_policy=_retry_policy(env),
+        retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0),
+        connect_timeout=_number(env, "HOOKLINE_CONNECT_TIMEOUT", 5.0, minimum=0.1),
+        read_timeout=_number(env, "HOOKLINE_READ_TIMEOUT", 15.0, minimum=0.1,
+                             maximum=MAX_READ_TIMEOUT),
+        max_payload_bytes=_integer(env, "HOOKLINE_MAX_PAYLOAD_BYTES", 256 * 1024, minimum=1),
+        max_response_bytes=_integer(env, "HOOKLINE_MAX_RESPONSE_BYTES", 64 * 1024, minimum=0),
+        replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0),
+        max_unsettled_starts=_integer(env, "HOOKLINE_MAX_UNSETTLED_STARTS", 3, minimum=1),
+        dlq_spool_path=env.get("HOOKLINE_DLQ_SPOOL", "hookline-dlq-spool.jsonl"),
+        dlq_retention=_number(env, "HOOKLINE_DLQ_RETENTION", 30 * 86400.0),
+        breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
+        breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1),
+        breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1),
+        allowed_networks=_networks(env, "HOOKLINE_ALLOWED_NETWORKS"),
+        https_only=_flag(env, "HOOKLINE_HTTPS_ONLY", False),
+        secret_overlap=_number(env, "HOOKLINE_SECRET_OVERLAP", 86400.0),
+        schedule_max=_integer(env, "HOOKLINE_SCHEDULE_MAX", 1_000_000, minimum=1),
+        schedule_max_per_endpoint=_integer(env, "HOOKLINE_SCHEDULE_MAX_PER_ENDPOINT", 100_000,
+                                           minimum=1),
+        retry_queue_limit=_integer(env, "HOOKLINE_RETRY_QUEUE_LIMIT", 1000, minimum=1),
+        releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
+        releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01),
+        metrics_port=_port(env, "HOOKLINE_METRICS_PORT", 9808),
+        log_format=log_format,
+        history_retention=_number(env, "HOOKLINE_HISTORY_RETENTION", 7 * 86400.0),
+        history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1),
+        history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0),
+    )
+    if settings.breaker_max_cooldown < settings.breaker_cooldown:
+        raise ConfigError(
+            f"HOOKLINE_BREAKER_MAX_COOLDOWN ({settings.breaker_max_cooldown:g}s) must be at "
+            f"least HOOKLINE_BREAKER_COOLDOWN ({settings.breaker_cooldown:g}s)"
+        )
+    if settings.visibility_timeout <= settings.lease_seconds():
+        raise ConfigError(
+            f"CELERY_VISIBILITY_TIMEOUT ({settings.visibility_timeout:g}s) must exceed the "
+            f"longest attempt ({settings.lease_seconds():g}s: connect + 2 x read timeout + "
+            f"{LEASE_MARGIN:g}s), or a message still being sent is handed to a second worker"
+        )
+    return settings
+
+
+class _NamesRead(dict[str, str]):
+    """An empty environment that remembers every variable name asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        self.names.add(key)
+        return default
+
+
+@functools.cache
+def setting_names() -> frozenset[str]:
+    """Every variable :func:`load_settings` reads, derived from the loader itself."""
+    names = _NamesRead()
+    load_settings(names)
+    return frozenset(names.names)
+
+
+_configured: Settings | None = None
+
+
+def settings() -> Settings:
+    """The process's settings: those given to :func:`configure`, else the environment's,
+    loaded on first use."""
+    return _configured if _configured is not None else _from_environment()
+
+
+@functools.cache
+def _from_environment() -> Settings:
+    return load_settings()
+
+
+def configure(overrides: Mapping[str, str] | None = None) -> Settings:
+    """Set this process's settings from the environment plus ``overrides`` (the variables'
+    names), validated; ``configure()`` alone re-reads the environment. For tests and tools
+    that run in one process: a worker reads only its own environment."""
+    global _configured
+    merged = {**os.environ, **{key: str(value) for key, value in (overrides or {}).items()}}
+    _configured = load_settings(merged)
+    return _configured

@@ -1,0 +1,59 @@
+"""The wire contract between the processes that publish deliveries and the workers that run
+them: the task's name, its queues, its argument layout and the headers every delivery carries.
+
+A web process publishes by this name (``hookline.enqueue``), so it never imports the worker's
+task module; the broker's consume script reads the headers to hold back deliveries to held
+endpoints without a worker decoding the body. Pure: no Celery, no Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+#: The Celery task name of one delivery.
+TASK_NAME = "hookline.deliver"
+#: Queue of first deliveries.
+DELIVERY_QUEUE = "hookline"
+#: Queue of retries, kept apart so a failing endpoint's retries never wait in front of, or
+#: behind, other endpoints' first deliveries.
+RETRY_QUEUE = "hookline.retry"
+#: Every queue a worker consumes (``celery -A app worker`` with no ``-Q``).
+QUEUES = (DELIVERY_QUEUE, RETRY_QUEUE)
+
+#: Positional arguments of a delivery: ``(endpoint_id, event_type, payload)``. Keyword
+#: arguments: ``event_id``, ``deadline`` (the caller's), then Hookline's bookkeeping:
+#: ``attempts``, ``first_attempt_at``, ``rate_slot``, ``enqueued_at``.
+POSITIONAL = ("endpoint_id", "event_type", "payload")
+KEYWORDS = ("event_id", "deadline", "attempts", "first_attempt_at", "rate_slot", "enqueued_at")
+
+
+def delivery_headers(args: Any, kwargs: Any, task_id: Any) -> dict[str, str]:
+    """Headers naming a delivery's endpoint and event, so the broker's consume script can park
+    a delivery to a held endpoint without a worker decoding the body (consume.lua).
+    Empty when the arguments are not those of a delivery (the worker then dead-letters it)."""
+    endpoint_id = args[0] if isinstance(args, list | tuple) and args else None
+    event_id = (kwargs.get("event_id") if isinstance(kwargs, dict) else None) or task_id
+    if isinstance(endpoint_id, str) and isinstance(event_id, str):
+        return {"hookline_endpoint": endpoint_id, "hookline_event": event_id}
+    return {}
+
+
+def stamped(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the publish time (``enqueued_at``) set if it is not yet: the delivery
+    lag metric counts the wait in the queue too."""
+    if kwargs.get("enqueued_at") is None:
+        return {**kwargs, "enqueued_at": time.time()}
+    return kwargs
+
+
+def payload_size(payload: Any) -> int:
+    """Bytes of ``payload`` as compact JSON."""
+    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def shown_args(endpoint_id: str, event_type: str, payload: Any) -> str:
+    """What Flower and the worker's log show as the task's arguments: the endpoint and event
+    type, and the payload's size, not its content (it may hold personal data)."""
+    return repr((endpoint_id, event_type, f"<payload: {payload_size(payload)} bytes>"))

@@ -1,0 +1,2 @@
+"""The delivery engine (one attempt, returning its outcome), the HTTP sender, retries, replay
+and the releaser."""

@@ -1,0 +1,312 @@
+"""The delivery engine: one attempt of one event, from the gate to the decision.
+
+``DeliveryEngine.attempt`` is what the Celery task calls. It returns the outcome, and the task
+acts on it in one place: :class:`Finished` (delivered, a duplicate, or dead-lettered with a
+reason), :class:`Deferred` (the event was not attempted, so no retry is consumed) or
+:class:`RetryDue` (the attempt failed; the countdown the retry policy chose). No exception hop
+through Celery: a retry costs a park in the schedule, not a traceback.
+
+The sender, the clock and the random source are arguments, so every row of the outcome table
+is tested in-process with a fake receiver and a fixed clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hookline.core import metrics
+from hookline.core.config import settings
+from hookline.core.logs import log_event
+from hookline.core.policy import Outcome, classify, parse_retry_after, retry_countdown
+from hookline.delivery.retries import dead_letter_scheduled
+from hookline.delivery.sender import AttemptResult, WebhookEvent, send
+from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.endpoints import Endpoint
+from hookline.store.gates import Admission, Gate, Verdict
+from hookline.store.history import AttemptRecord, excerpt
+
+#: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
+GONE_REASON = "gone: the receiver answered 410 Gone"
+
+
+@dataclass(frozen=True)
+class DeliveryRequest:
+    """One event bound for one endpoint, as the task message carries it."""
+
+    endpoint_id: str
+    event_type: str
+    payload: Any
+    event_id: str
+    deadline: float | None = None
+    #: Attempts already made (deferrals do not count).
+    attempts: int = 0
+    #: Unix time of the first attempt; None before it.
+    first_attempt_at: float | None = None
+    #: The rate-limit slot booked when the event was last deferred (ms of Redis time), or 0.
+    rate_slot: int = 0
+    #: Unix time the event was published (stamped on every publish), for the delivery lag.
+    enqueued_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The event needs nothing more: ``outcome`` is delivered, duplicate or dead_lettered."""
+
+    outcome: str
+    reason: str = ""
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class RetryDue:
+    """The attempt failed in a way worth retrying: send again in ``countdown`` seconds.
+    ``request`` carries the attempt count and first attempt time to keep."""
+
+    countdown: float
+    request: DeliveryRequest
+    status: int | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The event was not attempted; try again in ``countdown`` seconds, attempt count unchanged."""
+
+    countdown: float
+    reason: str
+    request: DeliveryRequest
+
+
+def settle_outcome(result: AttemptResult, outcome: Outcome) -> str:
+    """What settle.lua records for an attempt: a 429 means the receiver is up but busy, so it is
+    not a circuit-breaker failure; an unusable URL says nothing about the receiver."""
+    if result.refused:
+        return "rejected"
+    if outcome is Outcome.RETRY:
+        return "throttled" if result.status == 429 else "failed"
+    return {Outcome.DELIVERED: "delivered", Outcome.GONE: "gone"}.get(outcome, "rejected")
+
+
+def deferral_countdown(admission: Admission, rng: random.Random | None = None) -> float:
+    """How long a deferred event waits: exactly to its booked slot when rate-limited; with a
+    little jitter otherwise, so the events an open breaker or a block held back do not all
+    come back in the same millisecond."""
+    uniform = (rng or random).uniform
+    if admission.detail == "rate_limited":
+        return admission.wait
+    if admission.detail == "breaker_probe":
+        # The probe usually answers in well under its lease: look again soon.
+        return min(admission.wait, 2.0) + uniform(0.1, 1.0)
+    return admission.wait + uniform(0.0, min(1.0 + admission.wait / 10, 5.0))
+
+
+#: What the engine returns for one attempt.
+AttemptOutcome = Finished | Deferred | RetryDue
+Sender = Callable[[Endpoint, WebhookEvent], AttemptResult]
+
+
+class DeliveryEngine:
+    """Runs attempts against the Redis-backed gate and dead-letter queue.
+
+    :param sender: sends one event to one endpoint (default: the pooled HTTP sender).
+    :param clock: Unix seconds now (default ``time.time``).
+    :param rng: the random source of deferral jitter (default the ``random`` module's).
+    :param on_gone: called with an endpoint id after its first 410, to dead-letter the
+        endpoint's scheduled retries (default: ``retries.dead_letter_scheduled``).
+    """
+
+    def __init__(self, gate: Gate | None = None, dlq: DeadLetterQueue | None = None, *,
+                 sender: Sender = send, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None,
+                 on_gone: Callable[[str], Any] | None = None) -> None:
+        self.gate = gate or Gate()
+        self.dlq = dlq or DeadLetterQueue()
+        self._send_event = sender
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._on_gone = on_gone
+
+    def attempt(self, request: DeliveryRequest, *, token: str) -> AttemptOutcome:
+        """One attempt of ``request``: the gate, the send, the settle and the decision."""
+        now = self._clock()
+        if request.deadline is not None and now >= request.deadline:
+            return self.dead_letter(request, "expired", detail="deadline passed before sending")
+        admission = self.gate.admit(request.endpoint_id, request.event_id, token,
+                                    rate_slot=request.rate_slot)
+        match admission.verdict:
+            case Verdict.DUPLICATE:
+                log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
+                          event_id=request.event_id)
+                metrics.count_outcome(request.endpoint_id, "duplicate")
+                return Finished("duplicate")
+            case Verdict.MISSING:
+                return self.dead_letter(request, "endpoint_removed")
+            case Verdict.DISABLED:
+                reason = ("endpoint_gone" if admission.detail.startswith("gone")
+                          else "endpoint_disabled")
+                return self.dead_letter(request, reason, detail=admission.detail)
+            case Verdict.POISON:
+                return self.dead_letter(request, "worker_lost", detail=admission.detail)
+            case Verdict.BUSY:
+                # Another worker is sending this very event; look again when its lease ends.
+                return self._defer(request, "in_flight",
+                                   admission.wait + self._rng.uniform(0.05, 0.5))
+            case Verdict.DEFERRED:
+                return self._defer(replace(request, rate_slot=admission.rate_slot),
+                                   admission.detail, deferral_countdown(admission, self._rng))
+        assert admission.endpoint is not None
+        if admission.transition:
+            log_event("breaker.half_open", endpoint_id=request.endpoint_id,
+                      event_id=request.event_id)
+        return self._send(admission.endpoint, request, token, now)
+
+    @staticmethod
+    def _defer(request: DeliveryRequest, reason: str, countdown: float) -> Deferred:
+        log_event("delivery.deferred", endpoint_id=request.endpoint_id,
+                  event_id=request.event_id, reason=reason, attempt=request.attempts,
+                  countdown=countdown)
+        metrics.count_deferral(request.endpoint_id, reason)
+        return Deferred(countdown, reason, request)
+
+    def _send(
+        self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float
+    ) -> Finished | RetryDue:
+        first_attempt_at = request.first_attempt_at or started
+        request = replace(request, attempts=request.attempts + 1,
+                          first_attempt_at=first_attempt_at, rate_slot=0)
+        event = WebhookEvent(
+            request.event_id, request.event_type, request.payload, first_attempt_at
+        )
+        result = self._send_event(endpoint, event)
+        ended = self._clock()
+        outcome = Outcome.RETRY if result.status is None else classify(result.status)
+        retry_after = None
+        if outcome is Outcome.RETRY:
+            retry_after = parse_retry_after(result.retry_after, now=ended)
+            if retry_after is not None:
+                retry_after = min(retry_after, settings().retry_after_cap)
+        recorded = settle_outcome(result, outcome)
+        record = AttemptRecord(
+            attempt=request.attempts, at=ended, outcome=recorded, status=result.status,
+            latency=result.latency, error=result.error,
+            response=excerpt(result.body_excerpt, settings().history_body_bytes),
+        )
+        self._settle(endpoint, request, token, recorded, retry_after, record)
+        metrics.observe_attempt(endpoint.id, result.status, result.latency)
+        if result.refused:
+            self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
+                              reason="refused")
+            return self.dead_letter(request, "refused", result=result, at=ended)
+        if outcome is Outcome.DELIVERED:
+            self._log_attempt("delivery.succeeded", request, result)
+            metrics.count_outcome(endpoint.id, "delivered")
+            metrics.observe_lag(endpoint.id, ended - (request.enqueued_at or first_attempt_at))
+            return Finished("delivered", status=result.status)
+        if outcome is Outcome.GONE:
+            self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
+                              reason="endpoint_gone")
+            log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
+                      reason="gone", status=410)
+            finished = self.dead_letter(request, "endpoint_gone", result=result, at=ended)
+            self._gone(endpoint.id)
+            return finished
+        if outcome is Outcome.REJECTED:
+            self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
+                              reason="rejected")
+            return self.dead_letter(request, "rejected", result=result, at=ended)
+        return self._schedule_retry(endpoint, request, result, ended, retry_after)
+
+    def _gone(self, endpoint_id: str) -> None:
+        if self._on_gone is None:
+            dead_letter_scheduled(endpoint_id, "endpoint_gone")
+        else:
+            self._on_gone(endpoint_id)
+
+    def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
+                retry_after: float | None, record: AttemptRecord) -> None:
+        settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
+                                      retry_after=retry_after, reason=GONE_REASON,
+                                      record=record)
+        if settlement.transition == "opened":
+            log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
+                      event_id=request.event_id)
+        elif settlement.transition == "closed":
+            log_event("breaker.closed", endpoint_id=endpoint.id, event_id=request.event_id)
+        if retry_after:
+            log_event("endpoint.blocked", endpoint_id=endpoint.id, event_id=request.event_id,
+                      seconds=retry_after)
+
+    def _schedule_retry(
+        self, endpoint: Endpoint, request: DeliveryRequest, result: AttemptResult, ended: float,
+        retry_after: float | None,
+    ) -> Finished | RetryDue:
+        policy = endpoint.policy()
+        countdown = retry_countdown(policy, request.attempts, retry_after=retry_after)
+        assert request.first_attempt_at is not None
+        due = ended + countdown
+        if request.attempts >= policy.max_attempts:
+            detail = f"attempt {request.attempts} of {policy.max_attempts}"
+            return self._give_up(request, result, ended, detail)
+        if due - request.first_attempt_at > policy.max_age:
+            detail = f"next attempt would be past max_age ({policy.max_age:g}s)"
+            return self._give_up(request, result, ended, detail)
+        if request.deadline is not None and due >= request.deadline:
+            self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING,
+                              reason="expired")
+            return self.dead_letter(request, "expired", result=result, at=ended,
+                                    detail="next attempt would be past the deadline")
+        self._log_attempt("delivery.retry_scheduled", request, result, countdown=countdown)
+        return RetryDue(countdown, request, status=result.status, error=result.error)
+
+    def _give_up(
+        self, request: DeliveryRequest, result: AttemptResult, ended: float, detail: str
+    ) -> Finished:
+        self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING,
+                          reason="exhausted")
+        return self.dead_letter(request, "exhausted", result=result, at=ended, detail=detail)
+
+    def dead_letter(
+        self,
+        request: DeliveryRequest,
+        reason: str,
+        *,
+        result: AttemptResult | None = None,
+        at: float | None = None,
+        detail: str = "",
+    ) -> Finished:
+        """Store the event in the dead-letter queue with ``reason`` and log it."""
+        self.dlq.add(
+            DeadLetter(
+                endpoint_id=request.endpoint_id,
+                event_id=request.event_id,
+                event_type=request.event_type,
+                payload=request.payload,
+                reason=reason,
+                attempts=request.attempts,
+                first_attempt_at=request.first_attempt_at,
+                last_attempt_at=at if result is not None else None,
+                last_status=result.status if result else None,
+                last_error=result.error if result else "",
+                detail=detail,
+            )
+        )
+        log_event("delivery.dead_lettered", level=logging.WARNING,
+                  endpoint_id=request.endpoint_id, event_id=request.event_id, reason=reason,
+                  attempt=request.attempts, status=result.status if result else None,
+                  detail=detail or None)
+        metrics.count_outcome(request.endpoint_id, "dead_lettered", reason)
+        return Finished("dead_lettered", reason=reason, status=result.status if result else None)
+
+    @staticmethod
+    def _log_attempt(
+        name: str, request: DeliveryRequest, result: AttemptResult, *,
+        level: int = logging.INFO, **extra: Any,
+    ) -> None:
+        log_event(name, level=level, endpoint_id=request.endpoint_id, event_id=request.event_id,
+                  event_type=request.event_type, attempt=request.attempts, status=result.status,
+                  error=result.error or None, latency=result.latency, **extra)

@@ -1,0 +1,164 @@
+"""HTTP plumbing under :mod:`hookline.delivery.sender`: connect only to the address the SSRF guard checked,
+and end any attempt that outlives its total time budget.
+
+* :class:`PinnedPools` resolves the host once per attempt, checks every
+  address with :func:`hookline.core.ssrf.pin_address` and makes urllib3 connect to that address, with TLS
+  SNI and certificate checks still against the host name. No second lookup, no rebinding.
+* :class:`AttemptDeadline` shuts the socket of an attempt that passes its deadline, so a
+  receiver that trickles its headers or body a byte at a time cannot hold a worker thread
+  past connect + 2 x read timeout, however it paces the bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import socket
+import threading
+import time
+from typing import Any
+
+import certifi
+import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
+
+from hookline.core.config import settings
+from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+
+_current = threading.local()
+
+
+class _Tracked:
+    """Remembers, per thread, the connection the current request runs on."""
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        _current.connection = self
+        return super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class TrackedHTTPConnection(_Tracked, HTTPConnection):
+    pass
+
+
+class TrackedHTTPSConnection(_Tracked, HTTPSConnection):
+    pass
+
+
+class TrackedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = TrackedHTTPConnection
+
+
+class TrackedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = TrackedHTTPSConnection
+
+
+class InvalidTarget(ValueError):
+    """The URL cannot be requested at all (no http(s) scheme or host): never worth retrying."""
+
+
+class PinnedPools:
+    """One thread's HTTP connection pools, used straight through urllib3 (requests' session
+    layer costs more CPU per attempt than the send itself on a fast receiver). Sends only to
+    addresses the SSRF guard accepted (see module doc); never follows redirects, never
+    retries, never asks for compressed answers."""
+
+    def __init__(self, *, resolve: Resolver = system_resolve, num_pools: int = 32,
+                 maxsize: int = 2) -> None:
+        self.resolve = resolve
+        self.manager = urllib3.PoolManager(num_pools=num_pools, maxsize=maxsize, block=False,
+                                           retries=False)
+        self.manager.pool_classes_by_scheme = {
+            "http": TrackedHTTPConnectionPool, "https": TrackedHTTPSConnectionPool,
+        }
+
+    def post(self, url: str, body: bytes, headers: dict[str, str], *, connect_timeout: float,
+             read_timeout: float) -> urllib3.BaseHTTPResponse:
+        """POST ``body``; the answer's body is left unread (``preload_content=False``)."""
+        try:
+            parsed = parse_url(url)
+        except LocationParseError:
+            raise InvalidTarget("invalid_url") from None
+        scheme = (parsed.scheme or "").lower()
+        if scheme not in ("http", "https") or not parsed.host:
+            raise InvalidTarget("invalid_url")
+        config = settings()
+        if config.https_only and scheme != "https":
+            raise TargetRefused("HOOKLINE_HTTPS_ONLY is set: only https:// endpoints are served")
+        port = parsed.port or (443 if scheme == "https" else 80)
+        host = parsed.host.strip("[]")
+        address = pin_address(host, port, config.allowed_networks, resolve=self.resolve)
+        pool_kwargs: dict[str, Any] = {}
+        if scheme == "https":
+            pool_kwargs = {"server_hostname": host, "assert_hostname": host,
+                           "cert_reqs": "CERT_REQUIRED", "ca_certs": certifi.where()}
+        pool = self.manager.connection_from_host(address, port, scheme, pool_kwargs=pool_kwargs)
+        return pool.urlopen(
+            "POST", parsed.request_uri, body=body, headers=headers, redirect=False,
+            retries=False, assert_same_host=False, preload_content=False,
+            timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
+        )
+
+
+class AttemptDeadline:
+    """One thread that shuts down the sockets of attempts past their deadline."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._armed: dict[int, Any] = {}
+        self._ids = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float) -> int:
+        """Watch the calling thread's next request for ``seconds``; returns a ticket."""
+        ticket = next(self._ids)
+        _current.connection = None
+        holder = _current.__dict__  # this thread's slot for its current connection
+        with self._wake:
+            self._armed[ticket] = holder
+            entry = (time.monotonic() + seconds, ticket, holder)
+            heapq.heappush(self._heap, entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hookline-deadline",
+                                                daemon=True)
+                self._thread.start()
+            if self._heap[0] is entry:
+                self._wake.notify()  # earlier than the one the watchdog sleeps until
+        return ticket
+
+    def expired(self, ticket: int) -> bool:
+        """True once the deadline of ``ticket`` struck (the socket was shut)."""
+        with self._wake:
+            return ticket not in self._armed
+
+    def disarm(self, ticket: int) -> bool:
+        """Stop watching; returns True if the deadline had already struck."""
+        with self._wake:
+            return self._armed.pop(ticket, None) is None
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._heap:
+                    self._wake.wait()
+                deadline, ticket, holder = self._heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    self._wake.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                if self._armed.pop(ticket, None) is None:
+                    continue  # finished in time
+            connection = holder.get("connection")
+            sock = getattr(connection, "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+#: The process's watchdog for attempt deadlines.
+attempt_deadline = AttemptDeadline()

@@ -1,0 +1,132 @@
+"""What becomes of a delivery that is not finished: a due retry or a deferral parked in the
+schedule, an event the engine could not handle dead-lettered, and the cascade that moves an
+endpoint's scheduled retries to the dead-letter queue when it is gone, disabled or removed."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from hookline.core import metrics
+from hookline.core.event import ENDPOINT_ID_PATTERN
+from hookline.core.logs import log_event
+from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
+from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.schedule import RetrySchedule, build_message
+
+
+def park(celery_app: Any, schedule: RetrySchedule, *, task_id: str, args: list[Any],
+         kwargs: dict[str, Any], retries: int, countdown: float, parent_id: str | None = None,
+         root_id: str | None = None, last_status: int | None = None,
+         last_error: str = "") -> float:
+    """Park the next attempt of a delivery (the same task id and event id) in the retry
+    schedule, due in ``countdown`` seconds, as a message for the retry queue. Returns the due
+    time; raises ``ScheduleFull`` at a cap and Redis errors as they come."""
+    message = build_message(
+        celery_app, task_name=TASK_NAME, task_id=task_id, args=args, kwargs=kwargs,
+        retries=retries, queue=RETRY_QUEUE, parent_id=parent_id, root_id=root_id,
+        argsrepr=shown_args(*args[:3]) if len(args) >= 3 else None,
+    )
+    return schedule.park(endpoint_id=args[0], event_id=kwargs["event_id"], countdown=countdown,
+                         message=message, last_status=last_status, last_error=last_error)
+
+
+def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | None, reason: str,
+                           exception: Any, *, last_status: int | None = None,
+                           last_error: str = "", dlq: DeadLetterQueue | None = None) -> None:
+    """Dead-letter a delivery the engine did not finish (malformed, a bug, a full schedule),
+    with whatever of its arguments can be read."""
+    args = list(args) + [None] * 3
+    valid_id = isinstance(args[0], str) and ENDPOINT_ID_PATTERN.match(args[0])
+    endpoint_id = args[0] if valid_id else "invalid"
+    event_id = kwargs.get("event_id") or task_id or "unknown"
+    entry = DeadLetter(
+        endpoint_id=endpoint_id[:64],
+        event_id=str(event_id)[:200],
+        event_type=str(args[1]) if args[1] is not None else "",
+        payload=args[2],
+        reason=reason,
+        attempts=int(kwargs.get("attempts") or 0),
+        first_attempt_at=kwargs.get("first_attempt_at"),
+        last_status=last_status,
+        last_error=last_error or f"{type(exception).__name__}: {exception}"[:500],
+        detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
+    )
+    (dlq or DeadLetterQueue()).add(entry)
+    metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
+    log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id=entry.endpoint_id,
+              event_id=entry.event_id, reason=reason, error=type(exception).__name__)
+
+
+def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
+    """Move an endpoint's scheduled retries to the dead-letter queue with ``reason``.
+
+    Dead letters are written before the retries leave the schedule: a crash in between leaves
+    a retry in both places, and its next attempt meets the same disabled endpoint and lands on
+    the same dead-letter entry. Nothing is lost.
+    """
+    schedule, dlq = RetrySchedule(), DeadLetterQueue()
+    retries = list(schedule.scheduled(endpoint_id))
+    for retry in retries:
+        dlq.add(DeadLetter(
+            endpoint_id=retry.endpoint_id, event_id=retry.event_id, event_type=retry.event_type,
+            payload=retry.payload, reason=reason, attempts=retry.attempts,
+            first_attempt_at=retry.first_attempt_at, last_status=retry.last_status,
+            last_error=retry.last_error, detail="was scheduled for retry",
+        ))
+    schedule.unpark([retry.id for retry in retries])
+    if retries:
+        log_event("schedule.dead_lettered", level=logging.WARNING, endpoint_id=endpoint_id,
+                  reason=reason, count=len(retries))
+    return len(retries)
+
+
+
+
+def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
+                     reason: str = "disabled by operator") -> Endpoint:
+    """Stop all sends to an endpoint; its scheduled retries go to the dead-letter queue now
+    (reason ``endpoint_disabled``), ready to replay once it is fixed."""
+    saved = registry.disable(endpoint_id, reason)
+    dead_letter_scheduled(endpoint_id, "endpoint_disabled")
+    return saved
+
+
+def remove_endpoint(registry: EndpointRegistry, endpoint_id: str) -> None:
+    """Forget an endpoint; its scheduled retries go to the dead-letter queue now."""
+    registry.remove(endpoint_id)
+    dead_letter_scheduled(endpoint_id, "endpoint_removed")
+
+
+#: Raw body text kept in the dead letter.
+RAW_BODY_LIMIT = 4096
+
+
+def dead_letter_raw(message: Any, problem: str) -> None:
+    """Keep an unusable broker message in the dead-letter queue; never raises."""
+    headers = getattr(message, "headers", None) or {}
+    body = getattr(message, "body", b"")
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    dead_letter_text(text, problem, task_id=headers.get("id"), task_name=headers.get("task"))
+
+
+def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
+                     task_name: Any = None) -> bool:
+    """Keep the raw text of an unusable message in the dead-letter queue; never raises.
+
+    Returns whether it was kept (False when Redis refused it: the caller keeps the text)."""
+    try:
+        event_id = str(task_id or f"raw-{uuid.uuid4()}")[:200]
+        DeadLetterQueue().add(DeadLetter(
+            endpoint_id="invalid", event_id=event_id, event_type=str(task_name or ""),
+            payload=text[:RAW_BODY_LIMIT], reason="malformed", last_error=problem[:500],
+            detail="a message on the queue that is not a valid Hookline task",
+        ))
+        log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id="invalid",
+                  event_id=event_id, reason="malformed", error=problem[:200])
+        return True
+    except Exception:  # the consumer must go on whatever happens here
+        logging.getLogger("hookline").exception("could not dead-letter an unusable message")
+        return False

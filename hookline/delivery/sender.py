@@ -1,0 +1,205 @@
+"""One HTTP attempt: build the Standard Webhooks request, POST it, read a bounded response.
+
+One set of urllib3 connection pools per worker thread (connections are reused across events to
+the same receiver), connect and read timeouts, redirects never followed, the response body read
+up to a cap and the rest discarded unread. Errors are reduced to short categories that never quote
+the URL, so a token in a query string cannot leak into logs or the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import urllib3
+from standardwebhooks import Webhook
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
+
+from hookline import __version__
+from hookline.core.config import settings
+from hookline.core.ssrf import TargetRefused
+from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline
+from hookline.store.endpoints import Endpoint
+
+USER_AGENT = f"hookline/{__version__}"
+_local = threading.local()
+
+
+@dataclass(frozen=True)
+class WebhookEvent:
+    """One event as a receiver sees it."""
+
+    id: str
+    type: str
+    payload: Any
+    #: When the event was first attempted (Unix seconds): the body's ``timestamp``, the same on
+    #: every retry so the body, and a receiver's deduplication, stay stable.
+    timestamp: float
+
+    def body(self) -> str:
+        when = datetime.fromtimestamp(self.timestamp, tz=UTC).isoformat().replace("+00:00", "Z")
+        return json.dumps(
+            {"type": self.type, "timestamp": when, "data": self.payload},
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    """What came back from one attempt. ``status`` is None when no response arrived."""
+
+    status: int | None
+    latency: float
+    retry_after: str | None = None
+    error: str = ""
+    body_excerpt: str = ""
+    #: True when the request could not even be made (bad URL): never worth retrying.
+    refused: bool = False
+
+
+def sign(secrets: tuple[str, ...], event_id: str, sent_at: datetime, body: str) -> str:
+    """The ``webhook-signature`` header: one ``v1,...`` signature per secret, space-separated."""
+    return " ".join(Webhook(secret).sign(event_id, sent_at, body) for secret in secrets)
+
+
+def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[str, str]:
+    sent_at = datetime.now(tz=UTC)
+    return {
+        # The connection goes to the address the SSRF guard pinned; the name goes here.
+        "Host": urlsplit(endpoint.url).netloc,
+        "webhook-id": event.id,
+        "webhook-timestamp": str(int(sent_at.timestamp())),
+        "webhook-signature": sign(endpoint.signing_secrets(sent_at.timestamp()), event.id,
+                                  sent_at, body),
+        "Idempotency-Key": event.id,
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Accept": "*/*",
+    }
+
+
+def pools() -> PinnedPools:
+    """This thread's connection pools, reused by every attempt on the thread."""
+    current: PinnedPools | None = getattr(_local, "pools", None)
+    if current is None:
+        current = _local.pools = PinnedPools(num_pools=32, maxsize=2)
+    return current
+
+
+def send(endpoint: Endpoint, event: WebhookEvent) -> AttemptResult:
+    """POST ``event`` to ``endpoint`` once. Never raises for network trouble: it is a result.
+
+    The whole attempt (connect, headers, body) gets connect + 2 x read timeout; past that its
+    socket is shut, however slowly the receiver trickles bytes.
+    """
+    config = settings()
+    body = event.body()
+    headers = build_headers(endpoint, event, body)
+    read_timeout = endpoint.read_timeout()
+    started = time.monotonic()
+    budget = config.connect_timeout + 2 * read_timeout
+    ticket = attempt_deadline.arm(budget)
+    try:
+        return _post(endpoint, body, headers, read_timeout, started, budget, ticket)
+    finally:
+        attempt_deadline.disarm(ticket)
+
+
+def _post(endpoint: Endpoint, body: str, headers: dict[str, str], read_timeout: float,
+          started: float, budget: float, ticket: int) -> AttemptResult:
+    config = settings()
+    timed_out = AttemptResult(status=None, latency=budget,
+                              error=f"attempt_timeout: no complete answer within {budget:g}s")
+    try:
+        response = pools().post(endpoint.url, body.encode("utf-8"), headers,
+                                connect_timeout=config.connect_timeout,
+                                read_timeout=read_timeout)
+    except TargetRefused as refused:
+        return AttemptResult(status=None, latency=time.monotonic() - started,
+                             error=f"refused: {refused}", refused=True)
+    except InvalidTarget:
+        return AttemptResult(status=None, latency=time.monotonic() - started,
+                             error="invalid_url", refused=True)
+    except (HTTPError, OSError) as exc:
+        if attempt_deadline.expired(ticket):
+            return timed_out
+        return AttemptResult(status=None, latency=time.monotonic() - started,
+                             error=describe_error(exc))
+    if attempt_deadline.expired(ticket):
+        # The deadline cut the headers short: what arrived is no answer.
+        _discard(response)
+        return timed_out
+    try:
+        excerpt = read_capped(response, config.max_response_bytes, started + budget)
+    except (HTTPError, OSError) as exc:
+        # The status line arrived; the body broke off. The status still decides.
+        excerpt = f"[body unreadable: {describe_error(exc, reading=True)}]"
+        _discard(response)
+    return AttemptResult(
+        status=response.status,
+        latency=time.monotonic() - started,
+        retry_after=response.headers.get("Retry-After"),
+        body_excerpt=excerpt,
+    )
+
+
+def _discard(response: urllib3.BaseHTTPResponse) -> None:
+    """Close the connection under an answer not read to its end (it cannot be reused)."""
+    with contextlib.suppress(Exception):
+        response.close()
+    with contextlib.suppress(Exception):
+        response.release_conn()
+
+
+def read_capped(response: urllib3.BaseHTTPResponse, cap: int, deadline: float) -> str:
+    """Up to ``cap`` bytes of the body as text. A body read to its end gives the connection
+    back for reuse; a longer one, or one still trickling in at ``deadline``, is cut off: the
+    connection is closed instead of drained."""
+    kept = bytearray()
+    while True:
+        chunk = response.read(8192, decode_content=False)  # never inflate a compressed body
+        if not chunk:
+            response.release_conn()  # read to its end: the connection can be reused
+            break
+        kept += chunk[: max(0, cap - len(kept))]
+        if len(kept) >= cap or time.monotonic() > deadline:
+            _discard(response)
+            break
+    return kept.decode("utf-8", errors="replace")
+
+
+def describe_error(exc: BaseException, *, reading: bool = False) -> str:
+    """A short, URL-free description of a failed request (``reading``: of its body)."""
+    # Most specific first: urllib3's NameResolutionError is a NewConnectionError, which is a
+    # ConnectTimeoutError.
+    if isinstance(exc, NameResolutionError | socket.gaierror):
+        return "dns_error"
+    if isinstance(exc, NewConnectionError):
+        return "connect_error: connection refused or unreachable"
+    if isinstance(exc, ConnectTimeoutError):
+        return "connect_timeout"
+    if isinstance(exc, ReadTimeoutError):
+        return "read_timeout"
+    if isinstance(exc, SSLError):
+        return "tls_error"
+    if isinstance(exc, ProtocolError):
+        return "connection_closed: response broken off" if reading else "connection_closed"
+    if isinstance(exc, HTTPError):
+        return f"connection_error ({type(exc).__name__})"
+    return f"network_error ({type(exc).__name__})"

@@ -1,0 +1,86 @@
+"""``send_webhook``: validate an event where it enters, then enqueue it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hookline.core.config import settings
+from hookline.core.errors import HooklineError
+from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.delivery.publisher import publish
+from hookline.store.endpoints import EndpointRegistry, UnknownEndpoint
+
+
+class WebhookInputError(HooklineError, ValueError):
+    """The event cannot be enqueued as given; the message says why."""
+
+
+@dataclass(frozen=True)
+class PreparedEvent:
+    """An event that passed :func:`send_webhook`'s checks, ready to be enqueued as it is."""
+
+    endpoint_id: str
+    event_type: str
+    payload: Any
+    event_id: str
+    deadline: float | None
+
+
+def prepare_event(
+    endpoint_id: str,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    *,
+    deadline: float | datetime | None = None,
+    registry: EndpointRegistry | None = None,
+) -> PreparedEvent:
+    """The checks of :func:`send_webhook`, without enqueueing; raises
+    :class:`WebhookInputError`. The payload is copied as JSON, so an event enqueued later (on
+    a transaction's commit) is the one validated now even if the caller's object changes."""
+    event_id = event_id or str(uuid.uuid4())
+    try:
+        validate_event(endpoint_id, event_type, payload, event_id)
+        deadline_ts = to_timestamp(deadline, name="deadline")
+    except MalformedEvent as exc:
+        raise WebhookInputError(str(exc)) from None
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    size, limit = len(text.encode()), settings().max_payload_bytes
+    if size > limit:
+        raise WebhookInputError(
+            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
+        )
+    try:
+        (registry or EndpointRegistry()).require(endpoint_id)
+    except UnknownEndpoint as exc:
+        raise WebhookInputError(str(exc)) from None
+    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts)
+
+
+def enqueue_prepared(event: PreparedEvent) -> str:
+    """Publish a prepared event; the Celery task id is the event id, so Flower finds it."""
+    publish((event.endpoint_id, event.event_type, event.payload),
+            {"event_id": event.event_id, "deadline": event.deadline}, task_id=event.event_id)
+    return event.event_id
+
+
+def send_webhook(
+    endpoint_id: str,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    *,
+    deadline: float | datetime | None = None,
+    registry: EndpointRegistry | None = None,
+) -> str:
+    """Validate and enqueue one event for one endpoint; returns its event id.
+
+    Raises :class:`WebhookInputError` (unknown endpoint, non-JSON payload, payload over
+    ``HOOKLINE_MAX_PAYLOAD_BYTES``, bad event id or deadline) instead of enqueueing bad input.
+    """
+    return enqueue_prepared(prepare_event(endpoint_id, event_type, payload, event_id,
+                                          deadline=deadline, registry=registry))

@@ -1,0 +1,168 @@
+"""Prometheus ``/metrics``: the gauges read from Redis when scraped (queue depths, scheduled
+retries, dead letters, breakers) beside the engine's counters (``hookline.core.metrics``).
+
+The gauges describe state every worker shares, so :class:`RedisStateCollector` reads them at
+scrape time instead of each worker keeping its own copy. Every worker serves both on
+``HOOKLINE_METRICS_PORT`` (:func:`start_server`); ``hookline metrics`` serves the gauges alone.
+With the prefork pool the deliveries happen in child processes: set ``PROMETHEUS_MULTIPROC_DIR``
+to an empty directory of the worker's own and the server adds up every child's values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from hookline.core.config import settings
+from hookline.core.metrics import BREAKER_STATES, QUEUES
+from hookline.store import connection as store
+from hookline.store import keys
+from hookline.store.keys import COUNTS_KEY, DLQ_INDEX_KEY, DUE_KEY
+
+log = logging.getLogger("hookline.metrics")
+
+
+class RedisStateCollector(Collector):
+    """Gauges read from Redis at each scrape: one pipeline to Hookline's Redis, one to the
+    broker's. When Redis does not answer, only ``hookline_redis_up 0`` is given."""
+
+    def __init__(self, redis_client: Any = None, broker_client: Any = None) -> None:
+        self._redis = redis_client
+        self._broker = broker_client
+        self._lock = threading.Lock()
+
+    def describe(self) -> list[Metric]:
+        return []  # read at scrape time: nothing to check for clashes up front
+
+    def _clients(self) -> tuple[Any, Any]:
+        with self._lock:
+            if self._redis is None:
+                self._redis = store.client()
+            if self._broker is None:
+                config = settings()
+                self._broker = (self._redis if config.broker_url == config.redis_url else
+                                redis.Redis.from_url(config.broker_url, socket_timeout=5,
+                                                     socket_connect_timeout=5))
+            return self._redis, self._broker
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("hookline_redis_up",
+                               "1 if the last scrape could read Redis (state and broker).")
+        try:
+            gauges = list(self._read())
+        except redis.RedisError as exc:
+            log.warning("metrics.redis_unavailable error=%s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from gauges
+
+    def _read(self) -> Iterator[Metric]:
+        client, broker = self._clients()
+        endpoint_ids = sorted(client.smembers(keys.ENDPOINT_INDEX))
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zcard(DUE_KEY)
+        pipe.zrange(DUE_KEY, 0, 0, withscores=True)
+        pipe.hgetall(COUNTS_KEY)
+        pipe.zcard(DLQ_INDEX_KEY)
+        for endpoint_id in endpoint_ids:
+            pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until")
+        (seconds, micros), total, head, counts, dead_letters, *breakers = pipe.execute()
+        depths = broker.pipeline(transaction=False)
+        for queue in QUEUES:
+            depths.llen(queue)
+        lengths = depths.execute()
+        now_ms = seconds * 1000 + micros / 1000
+
+        yield _gauge("hookline_queue_depth", "Messages waiting in a Celery queue: hookline "
+                     "(first deliveries) or hookline.retry (released retries).", "queue",
+                     zip(QUEUES, lengths, strict=True))
+        yield _gauge("hookline_scheduled_retries",
+                     "Retries waiting in the durable retry schedule.", None, [("", total)])
+        yield _gauge("hookline_scheduled_retries_by_endpoint",
+                     "Retries waiting in the durable retry schedule, by endpoint.", "endpoint",
+                     sorted((ep, int(n)) for ep, n in counts.items() if int(n) > 0))
+        oldest_due = head[0][1] if head else None
+        yield _gauge("hookline_scheduled_retry_lag_seconds",
+                     "How long the earliest-due scheduled retry is past its due time (0 when "
+                     "none is due): how far behind releasing retries is.", None,
+                     [("", max(0.0, (now_ms - oldest_due) / 1000) if oldest_due else 0.0)])
+        due_family = GaugeMetricFamily(
+            "hookline_oldest_scheduled_retry_due_timestamp_seconds",
+            "Unix time (Redis clock) the earliest-due scheduled retry is due; absent when "
+            "none is scheduled.")
+        if oldest_due is not None:
+            due_family.add_metric([], oldest_due / 1000)
+        yield due_family
+        yield _gauge("hookline_dead_letters", "Events in the dead-letter queue.", None,
+                     [("", dead_letters)])
+        yield _gauge("hookline_breaker_state",
+                     "Circuit breaker of each endpoint: 0 closed, 1 half-open, 2 open.",
+                     "endpoint", ((endpoint_id, BREAKER_STATES.get(state or "closed", 0))
+                                  for endpoint_id, (state, _) in zip(endpoint_ids, breakers,
+                                                                     strict=True)))
+        yield _gauge("hookline_endpoint_blocked_seconds",
+                     "Seconds left of the Retry-After block of each endpoint (0: none).",
+                     "endpoint", ((endpoint_id, max(0.0, (float(until or 0) - now_ms) / 1000))
+                                  for endpoint_id, (_, until) in zip(endpoint_ids, breakers,
+                                                                     strict=True)))
+
+
+def _gauge(name: str, documentation: str, label: str | None,
+           samples: Any) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=[label] if label else [])
+    for value, sample in samples:
+        family.add_metric([value] if label else [], float(sample))
+    return family
+
+
+def multiprocess_dir() -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR`` when set: metrics are then shared through files there."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def clear_multiprocess_dir() -> None:
+    """Remove the files an earlier run of this worker left in ``PROMETHEUS_MULTIPROC_DIR``
+    (prometheus-client's advice: wipe it before start-up). One directory per worker."""
+    directory = multiprocess_dir()
+    if directory is None:
+        return
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink(missing_ok=True)
+
+
+def registry(*, engine: bool = True) -> CollectorRegistry:
+    """What a metrics server serves: the Redis gauges, and with ``engine`` this process's
+    counters and histograms (or every pool process's, in multiprocess mode)."""
+    served = CollectorRegistry()
+    served.register(RedisStateCollector())
+    if engine and multiprocess_dir():
+        MultiProcessCollector(served)
+        ProcessCollector(registry=served)
+    elif engine:
+        served.register(REGISTRY)
+    return served
+
+
+def start_server(port: int, *, engine: bool = True, addr: str = "0.0.0.0") -> Any:
+    """Serve ``/metrics`` on ``port`` from a daemon thread; returns the server (call its
+    ``shutdown()`` to stop). Raises OSError when the port is taken."""
+    server, _thread = start_http_server(port, addr=addr, registry=registry(engine=engine))
+    return server

@@ -1,0 +1,350 @@
+"""The dead-letter queue: every event that will not be delivered, with why, for operators to
+inspect and replay.
+
+``hookline:{dlq}:entries`` is a hash of entry id -> JSON; ``hookline:{dlq}:by_time`` orders the
+ids by when they were dead-lettered, and ``hookline:{dlq}:by_reason:<reason>`` does the same per
+reason (so
+counting by reason reads no entry). An entry id is ``<endpoint id>/<event id>``: the same event
+sent to two endpoints has two entries, and dead-lettering an event again replaces its entry.
+
+Entries older than ``HOOKLINE_DLQ_RETENTION`` are trimmed: by ``hookline dlq trim`` and, at most
+once a minute per process, when an entry is added. Never by size: a full dead-letter queue is an
+incident to see, not data to drop.
+
+When Redis itself is the failure, an entry is appended to a local spool file and moved into
+Redis by the next successful write (or ``hookline dlq restore-spool``): never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis
+
+from hookline.core.config import settings
+from hookline.core.logs import log_event
+from hookline.store import connection as store
+from hookline.store.keys import DLQ_INDEX_KEY, DLQ_KEY, DLQ_REASON_KEY
+
+log = logging.getLogger("hookline.deadletter")
+
+# One hash tag for all three: written together in one transaction, on one Cluster slot.
+
+#: Why an event was dead-lettered.
+REASONS = {
+    "exhausted": "retries used up (attempts or age)",
+    "rejected": "the receiver answered a 3xx or 4xx that is not worth retrying",
+    "endpoint_gone": "the receiver answered 410 Gone; the endpoint was disabled",
+    "endpoint_disabled": "the endpoint is disabled",
+    "endpoint_removed": "the endpoint does not exist (removed, or never added)",
+    "expired": "past the event's deadline",
+    "refused": "the target URL cannot be requested",
+    "malformed": "the task message is not a valid event",
+    "worker_lost": "workers died while sending it, again and again",
+    "retry_failed": "the retry could not be scheduled",
+    "backlog_full": "the retry schedule is at its cap (in all or for the endpoint)",
+    "error": "an unexpected error in Hookline",
+}
+
+#: Entries removed per transaction when trimming.
+TRIM_BATCH = 500
+#: Seconds between two automatic trims in one process.
+TRIM_INTERVAL = 60.0
+#: Most entries one automatic trim removes; the rest go a minute later.
+AUTO_TRIM_LIMIT = 10_000
+#: Times a removal is tried again when another client wrote to the queue meanwhile.
+REMOVE_ATTEMPTS = 20
+
+_spool_lock = threading.Lock()
+
+
+@dataclass
+class DeadLetter:
+    """One undeliverable event with everything needed to understand and replay it."""
+
+    endpoint_id: str
+    event_id: str
+    event_type: str
+    payload: Any
+    reason: str
+    attempts: int = 0
+    first_attempt_at: float | None = None
+    last_attempt_at: float | None = None
+    last_status: int | None = None
+    last_error: str = ""
+    dead_lettered_at: float = field(default_factory=time.time)
+    detail: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.endpoint_id}/{self.event_id}"
+
+    def to_json(self) -> str:
+        return json.dumps({"id": self.id, **asdict(self)}, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> DeadLetter:
+        data = json.loads(text)
+        data.pop("id", None)
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which entries an operation applies to; every field is optional, bounds inclusive."""
+
+    endpoint_id: str | None = None
+    reason: str | None = None
+    since: float | None = None
+    until: float | None = None
+    ids: tuple[str, ...] = ()
+    min_attempts: int | None = None
+    max_attempts: int | None = None
+
+    def matches(self, entry: DeadLetter) -> bool:
+        return (
+            (self.endpoint_id is None or entry.endpoint_id == self.endpoint_id)
+            and (self.reason is None or entry.reason == self.reason)
+            and (not self.ids or entry.id in self.ids or entry.event_id in self.ids)
+            and (self.min_attempts is None or entry.attempts >= self.min_attempts)
+            and (self.max_attempts is None or entry.attempts <= self.max_attempts)
+        )
+
+
+@dataclass(frozen=True)
+class DeadLetterStats:
+    total: int
+    by_reason: dict[str, int]
+    #: Unix seconds the oldest entry was dead-lettered, or None.
+    oldest: float | None
+
+
+class _OncePer:
+    """``due()`` is true at most once per ``seconds`` in this process (thread-safe)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                return False
+            self._next = now + self.seconds
+            return True
+
+    def reset(self) -> None:
+        with self._lock:
+            self._next = 0.0
+
+
+_auto_trim = _OncePer(TRIM_INTERVAL)
+
+
+class DeadLetterQueue:
+    """Store, list, count, replay, purge and trim dead letters."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis: Any = redis_client or store.client()
+
+    def add(self, entry: DeadLetter) -> None:
+        """Store ``entry``; if Redis is unreachable, spool it to disk instead of losing it."""
+        if entry.reason not in REASONS:
+            raise ValueError(f"unknown dead-letter reason {entry.reason!r}")
+        try:
+            self._write([entry])
+        except redis.RedisError as exc:
+            spool(entry, cause=exc)
+            return
+        restore_spool(self)
+        if _auto_trim.due():
+            self._trim_expired()
+
+    def _write(self, entries: Iterable[DeadLetter]) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        for entry in entries:
+            pipe.hset(DLQ_KEY, entry.id, entry.to_json())
+            pipe.zadd(DLQ_INDEX_KEY, {entry.id: entry.dead_lettered_at})
+            for reason in REASONS.keys() - {entry.reason}:  # an entry replaced, reason changed
+                pipe.zrem(DLQ_REASON_KEY.format(reason), entry.id)
+            pipe.zadd(DLQ_REASON_KEY.format(entry.reason), {entry.id: entry.dead_lettered_at})
+        pipe.execute()
+
+    def get(self, entry_id: str) -> DeadLetter | None:
+        text = self.redis.hget(DLQ_KEY, entry_id)
+        return DeadLetter.from_json(text) if text else None
+
+    def find(self, selection: DeadLetterFilter = DeadLetterFilter(), *, limit: int | None = None
+             ) -> list[DeadLetter]:
+        """Matching entries, oldest first."""
+        found: list[DeadLetter] = []
+        for entry in self._scan(selection):
+            found.append(entry)
+            if limit is not None and len(found) >= limit:
+                break
+        return found
+
+    def _scan(self, selection: DeadLetterFilter, batch: int = 500) -> Iterator[DeadLetter]:
+        low = "-inf" if selection.since is None else selection.since
+        high = "+inf" if selection.until is None else selection.until
+        offset = 0
+        while True:
+            ids = self.redis.zrangebyscore(DLQ_INDEX_KEY, low, high, start=offset, num=batch)
+            if not ids:
+                return
+            offset += len(ids)
+            for text in self.redis.hmget(DLQ_KEY, ids):
+                if text:
+                    entry = DeadLetter.from_json(text)
+                    if selection.matches(entry):
+                        yield entry
+
+    def count(self) -> int:
+        return int(self.redis.zcard(DLQ_INDEX_KEY))
+
+    def stats(self) -> DeadLetterStats:
+        """Total, count per reason and the oldest entry's time, without reading any entry."""
+        pipe = self.redis.pipeline(transaction=True)  # one consistent view of the indexes
+        pipe.zcard(DLQ_INDEX_KEY)
+        pipe.zrange(DLQ_INDEX_KEY, 0, 0, withscores=True)
+        for reason in REASONS:
+            pipe.zcard(DLQ_REASON_KEY.format(reason))
+        total, head, *counts = pipe.execute()
+        by_reason = {reason: int(n) for reason, n in zip(REASONS, counts, strict=True) if n}
+        if sum(by_reason.values()) != total:  # entries written before the reason index
+            by_reason = self._index_reasons()
+        return DeadLetterStats(total=int(total), by_reason=by_reason,
+                               oldest=float(head[0][1]) if head else None)
+
+    def counts_by_reason(self) -> dict[str, int]:
+        return self.stats().by_reason
+
+    def _index_reasons(self) -> dict[str, int]:
+        """Rebuild the per-reason indexes from the entries (once, after an upgrade from a
+        version without them); returns the counts found."""
+        counts: dict[str, int] = {}
+        self.redis.delete(*(DLQ_REASON_KEY.format(reason) for reason in REASONS))
+        pipe = self.redis.pipeline(transaction=False)
+        for n, entry in enumerate(self._scan(DeadLetterFilter()), start=1):
+            counts[entry.reason] = counts.get(entry.reason, 0) + 1
+            pipe.zadd(DLQ_REASON_KEY.format(entry.reason), {entry.id: entry.dead_lettered_at})
+            if n % TRIM_BATCH == 0:
+                pipe.execute()
+        pipe.execute()
+        return counts
+
+    def _queue_removal(self, pipe: Any, ids: list[str]) -> None:
+        pipe.hdel(DLQ_KEY, *ids)
+        pipe.zrem(DLQ_INDEX_KEY, *ids)
+        for reason in REASONS:
+            pipe.zrem(DLQ_REASON_KEY.format(reason), *ids)
+
+    def remove(self, entry_ids: Iterable[str]) -> int:
+        """Remove entries whatever they hold now."""
+        ids = list(entry_ids)
+        if not ids:
+            return 0
+        pipe = self.redis.pipeline(transaction=True)
+        self._queue_removal(pipe, ids)
+        return int(pipe.execute()[0])
+
+    def remove_unchanged(self, dead_lettered_at: Mapping[str, float]) -> int:
+        """Remove each entry id whose entry is still the one dead-lettered at the given time.
+
+        An event dead-lettered again since it was read (a replay that failed at once, say) has
+        a new entry: that one stays. Returns how many were removed.
+        """
+        ids = list(dead_lettered_at)
+        for _ in range(REMOVE_ATTEMPTS if ids else 0):
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(DLQ_INDEX_KEY)
+                    scores = pipe.zmscore(DLQ_INDEX_KEY, ids)
+                    same = [entry_id for entry_id, score in zip(ids, scores, strict=True)
+                            if score is not None and score == dead_lettered_at[entry_id]]
+                    if not same:
+                        return 0
+                    pipe.multi()
+                    self._queue_removal(pipe, same)
+                    pipe.execute()
+                    return len(same)
+                except redis.WatchError:  # the queue changed between the read and the write
+                    continue
+        if ids:
+            log_event("deadletter.remove_contended", level=logging.WARNING, count=len(ids))
+        return 0
+
+    def purge(self, selection: DeadLetterFilter, *, dry_run: bool = False) -> list[DeadLetter]:
+        entries = self.find(selection)
+        if not dry_run:
+            self.remove(entry.id for entry in entries)
+        return entries
+
+    def count_before(self, before: float) -> int:
+        """Entries dead-lettered before ``before`` (Unix seconds)."""
+        return int(self.redis.zcount(DLQ_INDEX_KEY, "-inf", f"({before!r}"))
+
+    def trim(self, before: float, *, limit: int | None = None) -> int:
+        """Remove entries dead-lettered before ``before`` (Unix seconds), at most ``limit``;
+        returns how many."""
+        removed = 0
+        while limit is None or removed < limit:
+            batch = TRIM_BATCH if limit is None else min(TRIM_BATCH, limit - removed)
+            found = self.redis.zrangebyscore(DLQ_INDEX_KEY, "-inf", f"({before!r}", start=0,
+                                             num=batch, withscores=True)
+            done = self.remove_unchanged(dict(found)) if found else 0
+            removed += done
+            if done == 0 or len(found) < batch:
+                break
+        if removed:
+            log_event("deadletter.trimmed", level=logging.INFO, count=removed, before=before)
+        return removed
+
+    def _trim_expired(self) -> None:
+        """The automatic trim: entries past ``HOOKLINE_DLQ_RETENTION``, a bounded number."""
+        retention = settings().dlq_retention
+        if retention <= 0:
+            return
+        try:
+            self.trim(time.time() - retention, limit=AUTO_TRIM_LIMIT)
+        except redis.RedisError as exc:  # the entry is stored; trimming waits for next time
+            log_event("deadletter.trim_failed", level=logging.WARNING,
+                      error=type(exc).__name__)
+
+
+def spool(entry: DeadLetter, *, cause: BaseException) -> None:
+    """Append ``entry`` to the local spool file: the DLQ's fallback when Redis is down."""
+    path = settings().dlq_spool_path
+    with _spool_lock, open(path, "a", encoding="utf-8") as handle:
+        handle.write(entry.to_json() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    log.error(
+        "delivery.dead_letter_spooled endpoint_id=%s event_id=%s reason=%s cause=%s path=%s",
+        entry.endpoint_id, entry.event_id, entry.reason, type(cause).__name__, path,
+    )
+
+
+def restore_spool(queue: DeadLetterQueue, path: str | None = None) -> int:
+    """Move spooled entries into Redis; returns how many. A no-op when there is no spool."""
+    path = path or settings().dlq_spool_path
+    if not os.path.exists(path):
+        return 0
+    with _spool_lock:
+        if not os.path.exists(path):
+            return 0
+        with open(path, encoding="utf-8") as handle:
+            entries = [DeadLetter.from_json(line) for line in handle if line.strip()]
+        queue._write(entries)
+        os.unlink(path)
+    log.warning("delivery.dead_letter_spool_restored count=%d", len(entries))
+    return len(entries)

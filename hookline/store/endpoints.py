@@ -1,0 +1,412 @@
+"""The endpoint registry: where each subscriber's webhooks go and how they are signed.
+
+One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids. Secrets live
+only here; tasks carry the endpoint id, never its URL or secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import secrets as random_secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from hookline.core.config import MAX_READ_TIMEOUT, settings
+from hookline.core.event import ENDPOINT_ID_PATTERN
+from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
+from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+from hookline.store import connection as store
+from hookline.store import keys
+
+SECRET_PREFIX = "whsec_"
+MAX_URL_LENGTH = 2048
+#: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
+MAX_TIMEOUT = MAX_READ_TIMEOUT
+
+
+class EndpointError(ValueError):
+    """Bad endpoint input; the message says what to fix."""
+
+
+class UnknownEndpoint(EndpointError):
+    def __init__(self, endpoint_id: str) -> None:
+        super().__init__(f"no endpoint {endpoint_id!r}: add it with 'hookline endpoint add'")
+        self.endpoint_id = endpoint_id
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A receiver of webhooks.
+
+    :param id: the name tasks use, ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``.
+    :param url: where events are POSTed (http or https).
+    :param secrets: signing secrets, newest first; each one still valid signs every request
+        (Standard Webhooks allows several signatures), so a receiver can rotate without loss.
+    :param secret_expiry: when an old secret stops signing (Unix seconds), after a rotation.
+    :param enabled: False stops all sends (events go to the dead-letter queue).
+    :param timeout: read timeout in seconds, or None for ``HOOKLINE_READ_TIMEOUT``.
+    :param retry_policy: overrides of the global retry policy's fields.
+    :param rate: the most requests per time this receiver accepts from all workers together
+        (``50/s``, ``3000/m``), or None for no limit.
+    :param burst: how many requests may go out back to back before the rate spaces them;
+        None for the default, 100 ms worth of requests (at least 1), which also lets the limiter
+        absorb a worker's scheduling delays without losing throughput.
+    """
+
+    id: str
+    url: str
+    secrets: tuple[str, ...]
+    secret_expiry: Mapping[str, float] = field(default_factory=dict)
+    enabled: bool = True
+    disabled_reason: str = ""
+    timeout: float | None = None
+    retry_policy: Mapping[str, Any] = field(default_factory=dict)
+    rate: str | None = None
+    burst: int | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def policy(self) -> RetryPolicy:
+        return settings().retry_policy.replace(self.retry_policy)
+
+    def read_timeout(self) -> float:
+        return self.timeout if self.timeout is not None else settings().read_timeout
+
+    def effective_burst(self) -> int:
+        if self.burst is not None:
+            return self.burst
+        if not self.rate:
+            return 1
+        return max(1, math.ceil(0.1 / parse_rate(self.rate)))
+
+    def signing_secrets(self, now: float | None = None) -> tuple[str, ...]:
+        """The secrets that sign a request sent at ``now``: expired ones are left out."""
+        now = time.time() if now is None else now
+        return tuple(s for s in self.secrets if self.secret_expiry.get(s, math.inf) > now)
+
+    def to_hash(self) -> dict[str, str]:
+        return {
+            "url": self.url,
+            "secrets": json.dumps([[s, self.secret_expiry.get(s)] for s in self.secrets]),
+            "enabled": "1" if self.enabled else "0",
+            "disabled_reason": self.disabled_reason,
+            "timeout": "" if self.timeout is None else repr(self.timeout),
+            "retry_policy": json.dumps(dict(self.retry_policy)),
+            "rate": self.rate or "",
+            # What the admit script reads: milliseconds between requests, 0 for no limit.
+            "rate_interval_ms": repr(parse_rate(self.rate) * 1000) if self.rate else "0",
+            "burst": "" if self.burst is None else str(self.burst),
+            "rate_burst": str(self.effective_burst()),
+            "created_at": repr(self.created_at),
+            "updated_at": repr(self.updated_at),
+        }
+
+    @classmethod
+    def from_hash(cls, endpoint_id: str, data: Mapping[str, str]) -> Endpoint:
+        timeout = data.get("timeout") or ""
+        stored = [item if isinstance(item, list) else [item, None]
+                  for item in json.loads(data.get("secrets") or "[]")]
+        return cls(
+            id=endpoint_id,
+            url=data["url"],
+            secrets=tuple(secret for secret, _ in stored),
+            secret_expiry={secret: float(until) for secret, until in stored if until},
+            enabled=data.get("enabled", "1") == "1",
+            disabled_reason=data.get("disabled_reason", ""),
+            timeout=float(timeout) if timeout else None,
+            retry_policy=json.loads(data.get("retry_policy") or "{}"),
+            rate=data.get("rate") or None,
+            burst=int(data["burst"]) if data.get("burst") else None,
+            created_at=float(data.get("created_at") or 0),
+            updated_at=float(data.get("updated_at") or 0),
+        )
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the secrets, which are masked: safe for listings and logs."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "enabled": self.enabled,
+            "disabled_reason": self.disabled_reason or None,
+            "timeout": self.timeout,
+            "retry_policy": dict(self.retry_policy),
+            "rate": self.rate,
+            "burst": self.effective_burst() if self.rate else None,
+            "secrets": [mask_secret(s) for s in self.secrets],
+            "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+def mask_secret(secret: str) -> str:
+    return SECRET_PREFIX + "..." + ("*" * 4)
+
+
+def generate_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(random_secrets.token_bytes(32)).decode()
+
+
+def validate_endpoint_id(endpoint_id: str) -> str:
+    if not isinstance(endpoint_id, str) or not ENDPOINT_ID_PATTERN.match(endpoint_id):
+        raise EndpointError(
+            f"endpoint id {endpoint_id!r} is invalid: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return endpoint_id
+
+
+def validate_url(url: str) -> str:
+    if not isinstance(url, str) or not url:
+        raise EndpointError("url is required")
+    if len(url) > MAX_URL_LENGTH:
+        raise EndpointError(f"url is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise EndpointError(f"url {url!r} is malformed: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise EndpointError(
+            f"url {url!r} has scheme {parts.scheme or '(none)'!r}: only http and https are allowed"
+        )
+    if not parts.hostname:
+        raise EndpointError(f"url {url!r} has no host")
+    if parts.username is not None or parts.password is not None:
+        raise EndpointError("url must not carry credentials (user:password@); sign with secrets")
+    if parts.fragment:
+        raise EndpointError(f"url {url!r} has a #fragment, which is never sent")
+    if port == 0:
+        raise EndpointError(f"url {url!r} has port 0")
+    return url
+
+
+def check_target(url: str, *, resolve: Resolver = system_resolve) -> str:
+    """Refuse a URL the SSRF guard would refuse at send time: http when HOOKLINE_HTTPS_ONLY
+    is set, a private, loopback, link-local or other non-public address, or a name resolving
+    to one. A name that does not resolve now is accepted: it is checked again at every send."""
+    config = settings()
+    parts = urlsplit(url)
+    if config.https_only and parts.scheme != "https":
+        raise EndpointError(f"url {url!r} is not https, and HOOKLINE_HTTPS_ONLY is set")
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        pin_address(host, port, config.allowed_networks, resolve=resolve)
+    except TargetRefused as refused:
+        raise EndpointError(f"url refused: {refused}") from None
+    except OSError:
+        pass  # DNS may be down now; every send checks again
+    return url
+
+
+def validate_secret(secret: str) -> str:
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64")
+    encoded = secret[len(SECRET_PREFIX) :]
+    try:
+        # Pad to a multiple of 4 only: strict decoding rejects padding beyond that.
+        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise EndpointError("the secret after 'whsec_' is not valid base64") from None
+    if not 24 <= len(raw) <= 64:
+        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}")
+    return secret
+
+
+def validate_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    longest = settings().longest_read_timeout()
+    if not 0.1 <= timeout <= longest:
+        raise EndpointError(
+            f"timeout {timeout!r} must be between 0.1 and {longest:g} seconds (at most "
+            f"{MAX_TIMEOUT:g}, and an attempt must end within CELERY_VISIBILITY_TIMEOUT)"
+        )
+    return float(timeout)
+
+
+#: Largest burst: beyond this a "rate limit" no longer limits much.
+MAX_BURST = 10_000
+
+
+def validate_rate(rate: str | None) -> str | None:
+    """A rate such as ``50/s`` in canonical form; None or ``none`` for no limit."""
+    if rate is None or str(rate).strip().lower() in ("", "none"):
+        return None
+    try:
+        parse_rate(rate)
+    except PolicyError as exc:
+        raise EndpointError(str(exc)) from None
+    return str(rate).strip()
+
+
+def validate_burst(burst: int) -> int:
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BURST:
+        raise EndpointError(f"burst {burst!r} must be an integer from 1 to {MAX_BURST}")
+    return burst
+
+
+def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        settings().retry_policy.replace(overrides)
+    except PolicyError as exc:
+        raise EndpointError(f"invalid retry policy: {exc}") from None
+    return dict(overrides)
+
+
+class EndpointRegistry:
+    """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the ``hookline:endpoints`` set."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis: Any = redis_client or store.client()
+
+    def add(
+        self,
+        endpoint_id: str,
+        url: str,
+        *,
+        secret: str | None = None,
+        timeout: float | None = None,
+        retry_policy: Mapping[str, Any] | None = None,
+        rate: str | None = None,
+        burst: int | None = None,
+    ) -> Endpoint:
+        """Register an endpoint; a secret is generated when none is given."""
+        validate_endpoint_id(endpoint_id)
+        now = time.time()
+        endpoint = Endpoint(
+            id=endpoint_id,
+            url=check_target(validate_url(url)),
+            secrets=(validate_secret(secret) if secret else generate_secret(),),
+            timeout=validate_timeout(timeout),
+            retry_policy=validate_policy_override(retry_policy or {}),
+            rate=validate_rate(rate),
+            burst=None if burst is None else validate_burst(burst),
+            created_at=now,
+            updated_at=now,
+        )
+        key = keys.endpoint_key(endpoint_id)
+        # HSETNX on the url field makes "add" refuse an existing endpoint atomically.
+        if not self.redis.hsetnx(key, "url", endpoint.url):
+            raise EndpointError(f"endpoint {endpoint_id!r} exists already: use 'endpoint update'")
+        pipe = self.redis.pipeline()
+        pipe.hset(key, mapping=endpoint.to_hash())
+        pipe.sadd(keys.ENDPOINT_INDEX, endpoint_id)
+        pipe.execute()
+        return endpoint
+
+    def get(self, endpoint_id: str) -> Endpoint | None:
+        validate_endpoint_id(endpoint_id)
+        data = self.redis.hgetall(keys.endpoint_key(endpoint_id))
+        return Endpoint.from_hash(endpoint_id, data) if data else None
+
+    def require(self, endpoint_id: str) -> Endpoint:
+        endpoint = self.get(endpoint_id)
+        if endpoint is None:
+            raise UnknownEndpoint(endpoint_id)
+        return endpoint
+
+    def list(self) -> list[Endpoint]:
+        ids = sorted(self.redis.smembers(keys.ENDPOINT_INDEX))
+        pipe = self.redis.pipeline()
+        for endpoint_id in ids:
+            pipe.hgetall(keys.endpoint_key(endpoint_id))
+        return [
+            Endpoint.from_hash(endpoint_id, data)
+            for endpoint_id, data in zip(ids, pipe.execute(), strict=True)
+            if data
+        ]
+
+    def update(
+        self,
+        endpoint_id: str,
+        *,
+        url: str | None = None,
+        secret: str | None = None,
+        timeout: float | None = None,
+        retry_policy: Mapping[str, Any] | None = None,
+        rate: str | None = None,
+        burst: int | None = None,
+    ) -> Endpoint:
+        """Change an endpoint; pending retries use the new values at their next attempt.
+        ``rate="none"`` removes the rate limit."""
+        endpoint = self.require(endpoint_id)
+        changes: dict[str, Any] = {"updated_at": time.time()}
+        if url is not None:
+            changes["url"] = check_target(validate_url(url))
+        if secret is not None:
+            changes["secrets"] = (validate_secret(secret),)
+            changes["secret_expiry"] = {}
+        if timeout is not None:
+            changes["timeout"] = validate_timeout(timeout)
+        if rate is not None:
+            changes["rate"] = validate_rate(rate)
+        if burst is not None:
+            changes["burst"] = validate_burst(burst)
+        if retry_policy is not None:
+            changes["retry_policy"] = validate_policy_override(
+                {**endpoint.retry_policy, **retry_policy}
+            )
+        return self._save(replace(endpoint, **changes))
+
+    def rotate_secret(self, endpoint_id: str, *, secret: str | None = None,
+                      overlap: float | None = None) -> tuple[Endpoint, str]:
+        """Add a new signing secret (generated unless given) in front of the others; the old
+        ones keep signing for ``overlap`` seconds (``HOOKLINE_SECRET_OVERLAP``), then drop.
+        Secrets already expired are removed now. Returns the endpoint and the new secret."""
+        endpoint = self.require(endpoint_id)
+        new = validate_secret(secret) if secret else generate_secret()
+        if new in endpoint.secrets:
+            raise EndpointError("that secret is already one of the endpoint's secrets")
+        overlap = settings().secret_overlap if overlap is None else overlap
+        if not 0 <= overlap <= 30 * 86400:
+            raise EndpointError(f"overlap {overlap!r} must be between 0 and 30 days in seconds")
+        now = time.time()
+        expiry = {old: min(endpoint.secret_expiry.get(old, math.inf), now + overlap)
+                  for old in endpoint.secrets}
+        kept = tuple(old for old in endpoint.secrets if expiry[old] > now)
+        rotated = replace(endpoint, secrets=(new, *kept),
+                          secret_expiry={old: expiry[old] for old in kept}, updated_at=now)
+        return self._save(rotated), new
+
+    def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:
+        """Stop all sends. (``retries.disable_endpoint`` also moves the endpoint's scheduled
+        retries to the dead-letter queue.)"""
+        endpoint = self.require(endpoint_id)
+        saved = self._save(
+            replace(endpoint, enabled=False, disabled_reason=reason, updated_at=time.time())
+        )
+        return saved
+
+    def enable(self, endpoint_id: str) -> Endpoint:
+        endpoint = self.require(endpoint_id)
+        return self._save(
+            replace(endpoint, enabled=True, disabled_reason="", updated_at=time.time())
+        )
+
+    def remove(self, endpoint_id: str) -> None:
+        """Forget the endpoint. (``retries.remove_endpoint`` also moves its scheduled retries
+        to the dead-letter queue.)"""
+        self.require(endpoint_id)
+        pipe = self.redis.pipeline()
+        pipe.delete(*keys.endpoint_owned_keys(endpoint_id))
+        pipe.srem(keys.ENDPOINT_INDEX, endpoint_id)
+        pipe.execute()
+
+    def _save(self, endpoint: Endpoint) -> Endpoint:
+        key = keys.endpoint_key(endpoint.id)
+        # Only fields of an endpoint that still exists: a concurrent remove wins.
+        script = self.redis.register_script(store.load_script("save_endpoint"))
+        mapping = endpoint.to_hash()
+        flat = [item for pair in mapping.items() for item in pair]
+        if not script(keys=[key], args=flat):
+            raise UnknownEndpoint(endpoint.id)
+        return endpoint
+

@@ -1,0 +1,104 @@
+"""What became of one event: a view over the attempt history, the idempotency markers, the retry
+schedule and the dead-letter queue (``hookline event show``). It reads several stores, so it
+sits one step above them; the stores never read each other."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hookline.store import connection as store
+from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.history import AttemptRecord
+from hookline.store.keys import DLQ_KEY, DUE_KEY, META_KEY, done_key, history_key, lease_key
+
+_EVENT_KEY = re.compile(r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:history|done|lease):(?P<event>.+)$")
+
+
+@dataclass(frozen=True)
+class EventDelivery:
+    """What became of one event at one endpoint, and its attempts."""
+
+    endpoint_id: str
+    event_id: str
+    #: delivered, dead_lettered, scheduled (a retry waits in the schedule), in_flight (an
+    #: attempt holds the lease) or pending (nothing recorded: waiting in a queue, or unknown).
+    state: str
+    attempts: list[AttemptRecord]
+    dead_letter: DeadLetter | None = None
+    #: Unix seconds (Redis time) when the scheduled retry is due.
+    retry_due: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "endpoint_id": self.endpoint_id,
+            "event_id": self.event_id,
+            "state": self.state,
+            "retry_due": self.retry_due,
+            "dead_letter": None if self.dead_letter is None else {
+                key: value for key, value in json.loads(self.dead_letter.to_json()).items()
+                if key != "payload"
+            },
+            "attempts": [asdict(record) for record in self.attempts],
+        }
+
+
+def _glob_escaped(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class EventView:
+    """Reads what became of an event at each endpoint it reached."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis: Any = redis_client or store.client()
+
+    def endpoints_of(self, event_id: str) -> list[str]:
+        """Endpoints with a trace of ``event_id``: history, done marker, lease, dead letter or
+        scheduled retry. Scans the keyspace: an operator's command, not a hot path."""
+        found: set[str] = set()
+        pattern = f"hookline:{{*}}:*:{_glob_escaped(event_id)}"
+        for key in self.redis.scan_iter(match=pattern, count=1000):
+            match = _EVENT_KEY.match(key)
+            if match and match["event"] == event_id:
+                found.add(match["endpoint"])
+        entry_pattern = f"*/{_glob_escaped(event_id)}"
+        for hash_key in (DLQ_KEY, META_KEY):
+            for entry_id, _ in self.redis.hscan_iter(hash_key, match=entry_pattern, count=1000):
+                endpoint_id, _, event = entry_id.partition("/")
+                if event == event_id:
+                    found.add(endpoint_id)
+        return sorted(found)
+
+    def delivery(self, endpoint_id: str, event_id: str) -> EventDelivery:
+        """The attempts of ``event_id`` at ``endpoint_id`` and what became of it."""
+        entry_id = f"{endpoint_id}/{event_id}"
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lrange(history_key(endpoint_id, event_id), 0, -1)
+        pipe.exists(done_key(endpoint_id, event_id))
+        pipe.zscore(DUE_KEY, entry_id)
+        pipe.hexists(META_KEY, entry_id)
+        pipe.exists(lease_key(endpoint_id, event_id))
+        records, done, due, scheduled, leased = pipe.execute()
+        dead_letter = DeadLetterQueue(self.redis).get(entry_id)
+        if done:
+            state = "delivered"
+        elif dead_letter is not None:
+            state = "dead_lettered"
+        elif scheduled:
+            state = "scheduled"
+        elif leased:
+            state = "in_flight"
+        else:
+            state = "pending"
+        return EventDelivery(
+            endpoint_id=endpoint_id,
+            event_id=event_id,
+            state=state,
+            attempts=[AttemptRecord.from_json(text) for text in records],
+            dead_letter=dead_letter,
+            # A retry claimed by a releaser for another broker has left the due set.
+            retry_due=due / 1000.0 if scheduled and due else None,
+        )

@@ -1,0 +1,196 @@
+"""The gates every send passes: one Lua script before (admit), one after (settle).
+
+Admit, in order: an event already delivered is not sent again (the idempotency ``done``
+marker); a removed or disabled endpoint gets nothing; an event another worker is sending waits
+(the in-flight lease); an open circuit breaker, a half-open one whose single probe is out, a
+Retry-After block or a spent rate budget defer the event (not an attempt: it consumes no retry).
+Settle records the outcome: done marker, breaker failure count and state, Retry-After block,
+and the attempt in the event's history and the endpoint's recent record (``hookline.store.history``).
+
+Each is one Redis round trip on Redis server time, and every key it touches carries the
+endpoint's hash tag, so it runs on one Redis Cluster slot. Workers share one view of each
+receiver whatever their number.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from hookline.core.config import settings
+from hookline.store import connection as store
+from hookline.store import keys
+from hookline.store.endpoints import Endpoint
+from hookline.store.history import (
+    OUTCOME_LETTERS,
+    RECENT_ATTEMPTS,
+    RECENT_TTL,
+    AttemptRecord,
+)
+
+
+class Verdict(enum.StrEnum):
+    ADMITTED = "admitted"
+    DUPLICATE = "duplicate"
+    MISSING = "missing"
+    DISABLED = "disabled"
+    BUSY = "busy"
+    DEFERRED = "deferred"
+    POISON = "poison"
+
+
+@dataclass(frozen=True)
+class Admission:
+    verdict: Verdict
+    endpoint: Endpoint | None = None
+    #: For BUSY and DEFERRED: seconds until it is worth asking again.
+    wait: float = 0.0
+    #: For DEFERRED: breaker_open, breaker_probe, blocked or rate_limited; for DISABLED and
+    #: POISON: why.
+    detail: str = ""
+    #: For DEFERRED by the rate limit: the slot booked for this event (ms of Redis time).
+    rate_slot: int = 0
+    #: For ADMITTED: this attempt is the half-open breaker's single probe.
+    probe: bool = False
+    #: A breaker state this call moved the endpoint to ("half_open", "opened", "closed").
+    transition: str = ""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    #: The attempt still held its lease (False: it ran out and another attempt may be running).
+    held_lease: bool
+    transition: str = ""
+
+
+@dataclass(frozen=True)
+class BreakerStatus:
+    """One endpoint's shared gate state, as ``hookline breaker status`` shows it."""
+
+    endpoint_id: str
+    state: str
+    failures: int
+    #: Unix seconds; None when not applicable.
+    open_until: float | None
+    blocked_until: float | None
+    cooldown: float
+
+
+def _keys(endpoint_id: str, event_id: str) -> list[str]:
+    return [
+        keys.endpoint_key(endpoint_id),
+        keys.done_key(endpoint_id, event_id),
+        keys.lease_key(endpoint_id, event_id),
+        keys.starts_key(endpoint_id, event_id),
+        keys.breaker_key(endpoint_id),
+        keys.rate_key(endpoint_id),
+    ]
+
+
+class Gate:
+    """Admit and settle attempts for (endpoint, event) pairs; read and reset breakers."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis: Any = redis_client or store.client()
+        self._admit = self.redis.register_script(store.load_script("admit"))
+        self._settle = self.redis.register_script(store.load_script("settle"))
+
+    def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0
+              ) -> Admission:
+        config = settings()
+        reply = self._admit(
+            keys=_keys(endpoint_id, event_id),
+            args=[
+                token,
+                math.ceil(config.lease_seconds(0) * 1000),
+                config.max_unsettled_starts,
+                math.ceil(config.visibility_timeout * 4),
+                int(rate_slot or 0),
+                math.ceil(config.read_timeout * 1000),
+            ],
+        )
+        verdict = Verdict(reply[0])
+        if verdict is Verdict.ADMITTED:
+            fields = dict(zip(reply[3::2], reply[4::2], strict=True))
+            return Admission(verdict, endpoint=Endpoint.from_hash(endpoint_id, fields),
+                             transition=reply[1], probe=reply[2] == "1")
+        if verdict is Verdict.DEFERRED:
+            return Admission(verdict, detail=reply[1], wait=int(reply[2]) / 1000.0,
+                             rate_slot=int(reply[3]))
+        if verdict is Verdict.BUSY:
+            return Admission(verdict, wait=int(reply[1]) / 1000.0)
+        if verdict is Verdict.DISABLED:
+            return Admission(verdict, detail=str(reply[1]))
+        if verdict is Verdict.POISON:
+            return Admission(verdict, detail=f"{reply[1]} attempts started and never finished")
+        return Admission(verdict)
+
+    def settle(
+        self,
+        endpoint_id: str,
+        event_id: str,
+        token: str,
+        outcome: str,
+        *,
+        retry_after: float | None = None,
+        reason: str = "",
+        record: AttemptRecord | None = None,
+    ) -> Settlement:
+        """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
+
+        ``retry_after`` (seconds, already capped) blocks the whole endpoint until then.
+        ``record`` goes into the event's attempt history and the endpoint's recent record.
+        """
+        config = settings()
+        held, transition = self._settle(
+            keys=[*_keys(endpoint_id, event_id)[:5], keys.history_key(endpoint_id, event_id),
+                  keys.recent_key(endpoint_id)],
+            args=[
+                token,
+                outcome,
+                config.done_ttl,
+                reason,
+                math.ceil((retry_after or 0) * 1000),
+                config.breaker_threshold,
+                math.ceil(config.breaker_cooldown * 1000),
+                math.ceil(config.breaker_max_cooldown * 1000),
+                record.to_json() if record else "",
+                event_id,
+                OUTCOME_LETTERS.get(outcome, "?"),
+                "" if outcome == "delivered" or record is None else record.summary(),
+                config.history_attempts,
+                math.ceil(config.history_retention),
+                RECENT_ATTEMPTS,
+                RECENT_TTL,
+            ],
+        )
+        return Settlement(held_lease=bool(held), transition=transition)
+
+    def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
+        return bool(self.redis.exists(keys.done_key(endpoint_id, event_id)))
+
+    def breaker_status(self, endpoint_id: str) -> BreakerStatus:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.breaker_key(endpoint_id))
+        pipe.time()
+        data, (seconds, micros) = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+
+        def future(field: str) -> float | None:
+            value = float(data.get(field) or 0)
+            return value / 1000.0 if value > now_ms else None
+
+        return BreakerStatus(
+            endpoint_id=endpoint_id,
+            state=data.get("state", "closed"),
+            failures=int(data.get("failures") or 0),
+            open_until=future("open_until"),
+            blocked_until=future("blocked_until"),
+            cooldown=float(data.get("cooldown_ms") or 0) / 1000.0,
+        )
+
+    def reset_breaker(self, endpoint_id: str) -> None:
+        """Close the breaker and lift any Retry-After block: the operator vouches for it."""
+        self.redis.delete(keys.breaker_key(endpoint_id))

@@ -1,0 +1,144 @@
+"""Attempt history: what each attempt of an event got back, and each endpoint's recent record.
+
+Both are written by ``settle.lua`` in the round trip that already records an attempt's outcome,
+so keeping them costs no extra Redis call per attempt. Keys carry the endpoint's hash tag:
+
+- ``hookline:{ep}:history:<event>``: a list of JSON :class:`AttemptRecord`, oldest first; the
+  latest ``HOOKLINE_HISTORY_ATTEMPTS`` are kept, and the list expires
+  ``HOOKLINE_HISTORY_RETENTION`` seconds after the event's latest attempt.
+- ``hookline:{ep}:recent``: a hash; ``outcomes`` holds one letter per attempt (newest last,
+  the latest :data:`RECENT_ATTEMPTS`), then ``last_error``, ``last_error_at``,
+  ``last_error_event`` and ``last_success_at`` (milliseconds of Redis time).
+
+:meth:`AttemptHistory.delivery` adds what became of the event (delivered, scheduled for retry,
+dead-lettered) for ``hookline event show``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hookline.store import connection as store
+from hookline.store.keys import history_key, recent_key
+
+#: Attempts an endpoint's success rate is computed over.
+RECENT_ATTEMPTS = 100
+#: Seconds an endpoint's recent record outlives its latest attempt.
+RECENT_TTL = 30 * 86400
+#: The letter ``outcomes`` records for each settle outcome.
+OUTCOME_LETTERS = {"delivered": "d", "failed": "f", "throttled": "t", "rejected": "r",
+                   "gone": "g"}
+_LETTER_OUTCOMES = {letter: outcome for outcome, letter in OUTCOME_LETTERS.items()}
+
+
+def excerpt(text: str, limit: int) -> str:
+    """The first ``limit`` bytes of ``text`` (UTF-8), never splitting a character."""
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of one event, as the history keeps it."""
+
+    attempt: int
+    #: Unix seconds (worker clock) when the attempt ended.
+    at: float
+    #: What settle recorded: delivered, failed, throttled (429), rejected or gone (410).
+    outcome: str
+    #: None when no response arrived.
+    status: int | None
+    #: Seconds from sending the request to the end of the (capped) body.
+    latency: float
+    error: str = ""
+    #: The first bytes of the response body.
+    response: str = ""
+
+    def summary(self) -> str:
+        """``HTTP 503`` or the error, as ``endpoint show`` gives the last error."""
+        if self.status is not None:
+            return f"HTTP {self.status}"
+        return self.error or self.outcome
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["at"], data["latency"] = round(self.at, 3), round(self.latency, 4)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> AttemptRecord:
+        data = json.loads(text)
+        return cls(**{name: data.get(name) for name in cls.__dataclass_fields__
+                      if name in data})
+
+
+@dataclass(frozen=True)
+class RecentAttempts:
+    """An endpoint's latest attempts (at most :data:`RECENT_ATTEMPTS`), for ``endpoint show``."""
+
+    endpoint_id: str
+    #: One letter per attempt, oldest first (see :data:`OUTCOME_LETTERS`).
+    outcomes: str = ""
+    last_error: str = ""
+    #: Unix seconds (Redis time), None when none was recorded.
+    last_error_at: float | None = None
+    last_error_event: str = ""
+    last_success_at: float | None = None
+
+    @property
+    def attempts(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def success_rate(self) -> float | None:
+        """Share of these attempts that were delivered; None before the first attempt."""
+        if not self.outcomes:
+            return None
+        return self.outcomes.count(OUTCOME_LETTERS["delivered"]) / len(self.outcomes)
+
+    def counts(self) -> dict[str, int]:
+        """Attempts by outcome, e.g. ``{"delivered": 97, "failed": 3}``."""
+        found: dict[str, int] = {}
+        for letter in self.outcomes:
+            outcome = _LETTER_OUTCOMES.get(letter, "unknown")
+            found[outcome] = found.get(outcome, 0) + 1
+        return found
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "attempts": self.attempts,
+            "success_rate": None if self.success_rate is None else round(self.success_rate, 4),
+            "by_outcome": self.counts(),
+            "last_error": self.last_error or None,
+            "last_error_at": self.last_error_at,
+            "last_error_event": self.last_error_event or None,
+            "last_success_at": self.last_success_at,
+        }
+
+
+def _milliseconds(value: str | None) -> float | None:
+    return int(value) / 1000.0 if value else None
+
+
+class AttemptHistory:
+    """Read the attempt history and recent records that ``Gate.settle`` writes."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis: Any = redis_client or store.client()
+
+    def attempts(self, endpoint_id: str, event_id: str) -> list[AttemptRecord]:
+        """The kept attempts of ``event_id`` at ``endpoint_id``, oldest first."""
+        return [AttemptRecord.from_json(text)
+                for text in self.redis.lrange(history_key(endpoint_id, event_id), 0, -1)]
+
+    def recent(self, endpoint_id: str) -> RecentAttempts:
+        data = self.redis.hgetall(recent_key(endpoint_id))
+        return RecentAttempts(
+            endpoint_id=endpoint_id,
+            outcomes=data.get("outcomes", ""),
+            last_error=data.get("last_error", ""),
+            last_error_at=_milliseconds(data.get("last_error_at")),
+            last_error_event=data.get("last_error_event", ""),
+            last_success_at=_milliseconds(data.get("last_success_at")),
+        )

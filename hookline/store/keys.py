@@ -1,0 +1,84 @@
+"""Every Redis key Hookline uses, named in one place.
+
+Keys an endpoint owns carry the endpoint id as a hash tag (``hookline:{ep_1}:...``), so a Lua
+script that touches one endpoint's keys stays in one Redis Cluster slot; the retry schedule's
+keys share ``{schedule}``, the dead-letter queue's ``{dlq}``. Scripts get every key they touch
+through ``KEYS``, built here.
+"""
+
+from __future__ import annotations
+
+#: The set of all endpoint ids.
+ENDPOINT_INDEX = "hookline:endpoints"
+#: The broker's doorbell: a one-entry stream every push onto a queue adds to, so idle
+#: consumers blocked on it wake (hookline/broker.py).
+DOORBELL_KEY = "hookline:broker:doorbell"
+
+# -- one endpoint (hash tag: the endpoint id) ------------------------------------------------
+
+
+def endpoint_key(endpoint_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:endpoint"
+
+
+def done_key(endpoint_id: str, event_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:done:{event_id}"
+
+
+def lease_key(endpoint_id: str, event_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:lease:{event_id}"
+
+
+def starts_key(endpoint_id: str, event_id: str) -> str:
+    return f"hookline:{{{endpoint_id}}}:starts:{event_id}"
+
+
+def breaker_key(endpoint_id: str) -> str:
+    """Circuit breaker and Retry-After block of one endpoint (a hash)."""
+    return f"hookline:{{{endpoint_id}}}:breaker"
+
+
+def rate_key(endpoint_id: str) -> str:
+    """The rate limiter's theoretical arrival time (GCRA), milliseconds of Redis time."""
+    return f"hookline:{{{endpoint_id}}}:rate"
+
+
+def history_key(endpoint_id: str, event_id: str) -> str:
+    """The kept attempts of one event at one endpoint (a list of JSON records)."""
+    return f"hookline:{{{endpoint_id}}}:history:{event_id}"
+
+
+def recent_key(endpoint_id: str) -> str:
+    """An endpoint's recent outcomes and last error (a hash)."""
+    return f"hookline:{{{endpoint_id}}}:recent"
+
+
+def endpoint_owned_keys(endpoint_id: str) -> list[str]:
+    """The keys that die with an endpoint (``endpoint remove``): one slot, one DEL."""
+    return [endpoint_key(endpoint_id), breaker_key(endpoint_id), rate_key(endpoint_id),
+            recent_key(endpoint_id)]
+
+
+# -- the retry schedule (hash tag {schedule}) ------------------------------------------------
+
+DUE_KEY = "hookline:{schedule}:due"
+MESSAGES_KEY = "hookline:{schedule}:messages"
+META_KEY = "hookline:{schedule}:meta"
+COUNTS_KEY = "hookline:{schedule}:counts"
+WAKE_KEY = "hookline:{schedule}:wake"
+RELEASING_KEY = "hookline:{schedule}:releasing"
+#: The keys park, release and unpark share, in the order the scripts take them.
+SCHEDULE_KEYS = [DUE_KEY, MESSAGES_KEY, META_KEY, COUNTS_KEY]
+
+
+def schedule_endpoint_key(endpoint_id: str) -> str:
+    """The ids of one endpoint's scheduled retries (a set), so a 410 or a disable finds them
+    without a scan of the whole schedule."""
+    return f"hookline:{{schedule}}:by_endpoint:{endpoint_id}"
+
+
+# -- the dead-letter queue (hash tag {dlq}) --------------------------------------------------
+
+DLQ_KEY = "hookline:{dlq}:entries"
+DLQ_INDEX_KEY = "hookline:{dlq}:by_time"
+DLQ_REASON_KEY = "hookline:{{dlq}}:by_reason:{}"

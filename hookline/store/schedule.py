@@ -1,0 +1,227 @@
+"""The durable retry schedule: retries wait in Redis, not in worker memory.
+
+Celery's countdown on the Redis broker keeps every waiting retry unacknowledged inside a worker
+(about 12 KB each) and delivers one twice if its countdown outlasts the visibility timeout.
+Instead, a retry is *parked*: its ready-to-push broker message goes into a sorted set scored by
+its due time (Redis server time), and the current message is acknowledged only once the park
+is written. A :class:`Releaser` moves due retries, earliest first and in bounded batches, onto
+the ``hookline.retry`` queue in one atomic script, so any number of releasers can run.
+
+Keys share the ``{schedule}`` hash tag: one Redis Cluster slot, like rq's registries.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kombu.serialization import dumps as serialize
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps as json_dumps
+from kombu.utils.uuid import uuid
+
+from hookline.core.config import settings
+from hookline.core.messages import TASK_NAME, delivery_headers
+from hookline.store import connection as store
+from hookline.store.connection import ring
+from hookline.store.keys import (
+    COUNTS_KEY,
+    DOORBELL_KEY,
+    DUE_KEY,
+    MESSAGES_KEY,
+    META_KEY,
+    RELEASING_KEY,
+    SCHEDULE_KEYS,
+    WAKE_KEY,
+)
+
+#: Seconds a releaser that claimed retries for a separate broker has to push them.
+CLAIM_LEASE = 30.0
+
+
+class ScheduleFull(Exception):
+    """The total or per-endpoint cap on scheduled retries is reached."""
+
+    def __init__(self, which: str, count: int) -> None:
+        where = "in all" if which == "total" else "for this endpoint"
+        super().__init__(f"the retry schedule is full: {count} retries scheduled {where}")
+        self.which = which
+
+
+@dataclass(frozen=True)
+class ScheduledRetry:
+    """A parked retry, decoded from its broker message."""
+
+    id: str
+    endpoint_id: str
+    event_id: str
+    event_type: str
+    payload: Any
+    due: float
+    attempts: int
+    first_attempt_at: float | None
+    last_status: int | None
+    last_error: str
+
+
+@dataclass(frozen=True)
+class ScheduleStats:
+    total: int
+    by_endpoint: dict[str, int] = field(default_factory=dict)
+    #: Unix seconds of the earliest due retry, or None.
+    oldest_due: float | None = None
+    #: Seconds the earliest retry is overdue (0 when none is): how far behind releasing is.
+    lag: float = 0.0
+
+
+def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: dict[str, Any],
+                  retries: int, queue: str, parent_id: str | None = None,
+                  root_id: str | None = None, argsrepr: str | None = None) -> str:
+    """The message kombu's Redis transport would push for this task onto ``queue``, as JSON.
+
+    Built with Celery's own ``create_task_message`` and the envelope kombu's virtual channel
+    makes (``prepare_message`` and ``_inplace_augment_message``: base64 body, a fresh delivery
+    tag, the queue as exchange and routing key), so the worker reads it like any published
+    task. Built here rather than through a producer: no broker connection is needed, so a
+    retry can be built (and parked) without one.
+    """
+    headers, properties, body, _ = app.amqp.create_task_message(
+        task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
+        argsrepr=argsrepr,
+    )
+    if task_name == TASK_NAME:
+        headers.update(delivery_headers(args, kwargs, task_id))
+    content_type, content_encoding, data = serialize(body, serializer="json")
+    message = {
+        "body": bytes_to_str(base64.b64encode(str_to_bytes(data))),
+        "content-encoding": content_encoding,
+        "content-type": content_type,
+        "headers": headers,
+        "properties": {
+            **properties,
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": queue, "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": uuid(),
+        },
+    }
+    return str(json_dumps(message))
+
+
+def decode_message(message: str) -> tuple[list[Any], dict[str, Any]]:
+    """The task arguments inside a broker message built by :func:`build_message`."""
+    envelope = json.loads(message)
+    body = envelope["body"]
+    if envelope["properties"].get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    args, kwargs, _embed = json.loads(body)
+    return list(args), dict(kwargs)
+
+
+class RetrySchedule:
+    """Park, release, inspect and drop scheduled retries."""
+
+    def __init__(self, redis_client: Any = None, *, max_total: int | None = None,
+                 max_per_endpoint: int | None = None) -> None:
+        self.redis: Any = redis_client or store.client()
+        self.max_total = max_total or settings().schedule_max
+        self.max_per_endpoint = max_per_endpoint or settings().schedule_max_per_endpoint
+        self._park = self.redis.register_script(store.load_script("park"))
+        self._release = self.redis.register_script(store.load_script("release"))
+        self._unpark = self.redis.register_script(store.load_script("unpark"))
+
+    def park(self, *, endpoint_id: str, event_id: str, countdown: float, message: str,
+             last_status: int | None = None, last_error: str = "") -> float:
+        """Schedule ``message`` to be released in ``countdown`` seconds; returns the due time
+        (Unix seconds). Raises :class:`ScheduleFull` at a cap."""
+        meta = json.dumps({"endpoint_id": endpoint_id, "event_id": event_id,
+                           "last_status": last_status, "last_error": last_error})
+        reply = self._park(
+            keys=[*SCHEDULE_KEYS, WAKE_KEY],
+            args=[f"{endpoint_id}/{event_id}", max(0, round(countdown * 1000)), message, meta,
+                  endpoint_id, self.max_total, self.max_per_endpoint],
+        )
+        if reply[0] == "full":
+            raise ScheduleFull(reply[1], int(reply[2]))
+        return int(reply[1]) / 1000.0
+
+    def release_due(self, *, batch: int = 500, queue: str = "hookline.retry",
+                    broker: Any = None, queue_limit: int | None = None
+                    ) -> tuple[int, float | None]:
+        """Release up to ``batch`` due retries, earliest first.
+
+        ``broker`` is None when the broker is this Redis: the script pushes the messages itself,
+        atomically. Otherwise the script claims them and they are pushed to ``broker`` here
+        and confirmed; a releaser dying in between leaves them claimed until the lease ends,
+        then another releases them again (the idempotency gate stops a second send).
+        Returns (released, seconds until the next retry is due or None when none is left).
+        """
+        if broker is None:
+            limit = queue_limit or settings().retry_queue_limit
+            reply = self._release(keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY],
+                                  args=[batch, limit, "push"])
+        else:
+            reply = self._release(keys=[*SCHEDULE_KEYS, RELEASING_KEY],
+                                  args=[batch, round(CLAIM_LEASE * 1000), "claim"])
+            ids, messages = reply[3::2], reply[4::2]
+            if ids:
+                pipe = broker.pipeline(transaction=False)
+                for message in messages:
+                    if message:
+                        pipe.lpush(queue, message)
+                ring(pipe)
+                pipe.execute()
+                self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY], args=ids)
+        released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
+        return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
+
+    def wait_for_wake(self, timeout: float) -> None:
+        """Block until a retry due sooner than all others is parked, or ``timeout`` passes."""
+        if timeout <= 0:
+            return
+        self.redis.blpop([WAKE_KEY], timeout=max(0.01, timeout))
+
+    def stats(self) -> ScheduleStats:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(DUE_KEY)
+        pipe.hgetall(COUNTS_KEY)
+        pipe.zrange(DUE_KEY, 0, 0, withscores=True)
+        pipe.time()
+        total, counts, head, (seconds, micros) = pipe.execute()
+        now = seconds + micros / 1e6
+        oldest = head[0][1] / 1000.0 if head else None
+        return ScheduleStats(
+            total=int(total),
+            by_endpoint={endpoint: int(n) for endpoint, n in counts.items() if int(n) > 0},
+            oldest_due=oldest,
+            lag=max(0.0, now - oldest) if oldest is not None else 0.0,
+        )
+
+    def scheduled(self, endpoint_id: str | None = None) -> Iterator[ScheduledRetry]:
+        """Scheduled retries (of one endpoint), in no particular order."""
+        for retry_id, meta_text in self.redis.hscan_iter(META_KEY, count=500):
+            meta = json.loads(meta_text)
+            if endpoint_id is not None and meta["endpoint_id"] != endpoint_id:
+                continue
+            message = self.redis.hget(MESSAGES_KEY, retry_id)
+            due = self.redis.zscore(DUE_KEY, retry_id)
+            if message is None:
+                continue
+            args, kwargs = decode_message(message)
+            yield ScheduledRetry(
+                id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
+                event_type=args[1] if len(args) > 1 else "",
+                payload=args[2] if len(args) > 2 else None,
+                due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
+                first_attempt_at=kwargs.get("first_attempt_at"),
+                last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
+            )
+
+    def unpark(self, retry_ids: list[str]) -> int:
+        if not retry_ids:
+            return 0
+        return int(self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY], args=retry_ids))

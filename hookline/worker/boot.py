@@ -1,0 +1,106 @@
+"""The worker's start-up and shutdown glue, connected to Celery's worker signals.
+
+Loaded by the worker (``imports`` in ``hookline.worker.celery``), never by the layers below.
+Each handler acts only for Hookline's own worker: a host's worker in the same virtualenv is
+left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import after_setup_logger, worker_init, worker_ready, worker_shutdown
+
+from hookline import compat
+from hookline.core.config import settings
+from hookline.core.logs import configure_json_logging, log_event
+from hookline.core.messages import RETRY_QUEUE
+from hookline.worker.celery import app
+
+
+def _ours(sender: Any) -> bool:
+    return getattr(sender, "app", None) is app
+
+
+@worker_init.connect
+def _check_versions(sender: Any = None, **_: object) -> None:
+    """Refuse to start on celery/kombu/billiard versions the broker was not written for.
+    (Celery logs and swallows an ordinary exception from a signal handler: SystemExit stops
+    the worker, with the message on stderr.)"""
+    if not _ours(sender):
+        return
+    try:
+        compat.require_supported()
+    except compat.UnsupportedVersion as exc:
+        log_event("worker.unsupported_versions", level=logging.CRITICAL, error=str(exc))
+        raise SystemExit(f"hookline: {exc}") from None
+
+
+@after_setup_logger.connect
+def _json_logs(logger: logging.Logger, **_: object) -> None:
+    """``HOOKLINE_LOG_FORMAT=json``: every worker log line becomes one JSON object."""
+    if settings().log_format == "json":
+        configure_json_logging(logger)
+
+
+_releaser: Any = None
+_metrics_server: Any = None
+
+
+@worker_ready.connect
+def _start_releaser(sender: Any = None, **_: object) -> None:
+    """Every worker releases due retries unless HOOKLINE_RELEASER=off (then run
+    ``hookline releaser`` as its own process). Releasers are safe to run side by side."""
+    global _releaser
+    if _ours(sender) and settings().releaser == "worker":
+        from hookline.delivery.releaser import Releaser
+
+        _releaser = Releaser(queue=RETRY_QUEUE).start()
+
+
+@worker_init.connect
+def _clear_metrics_files(sender: Any = None, **_: object) -> None:
+    """Before the pool starts: a prefork worker's children write their metrics to files in
+    PROMETHEUS_MULTIPROC_DIR, which must not hold an earlier run's."""
+    if _ours(sender):
+        from hookline.gauges import clear_multiprocess_dir
+
+        clear_multiprocess_dir()
+
+
+@worker_ready.connect
+def _serve_metrics(sender: Any = None, **_: object) -> None:
+    """Prometheus metrics on HOOKLINE_METRICS_PORT (0: none), served by the worker's main
+    process. A port already taken (another worker on the host) is logged, not fatal."""
+    global _metrics_server
+    if not _ours(sender):
+        return
+    from hookline.gauges import multiprocess_dir, start_server
+
+    port = settings().metrics_port
+    if not port:
+        return
+    pool = type(getattr(sender, "pool", None)).__module__
+    if pool.endswith("prefork") and not multiprocess_dir():
+        log_event("metrics.incomplete", level=logging.WARNING, port=port,
+                  detail="prefork pool without PROMETHEUS_MULTIPROC_DIR: the pool processes' "
+                         "counters are not served")
+    try:
+        _metrics_server = start_server(port)
+    except OSError as exc:
+        log_event("metrics.unavailable", level=logging.WARNING, port=port,
+                  error=exc.strerror or type(exc).__name__)
+        return
+    log_event("metrics.serving", port=port, multiprocess=bool(multiprocess_dir()))
+
+
+@worker_shutdown.connect
+def _stop(sender: Any = None, **_: object) -> None:
+    if not _ours(sender):
+        return
+    if _releaser is not None:
+        _releaser.stop()
+    if _metrics_server is not None:
+        _metrics_server.shutdown()
+        _metrics_server.server_close()

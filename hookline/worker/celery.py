@@ -1,0 +1,21 @@
+"""Hookline's Celery application for the worker: ``celery -A hookline.worker worker``.
+
+It is never the process's current app (``set_as_current=False``): a host project's own Celery
+app and its ``@shared_task`` tasks stay where they were. Its settings come from
+``hookline.celeryconfig`` by that full name, never from a module a host may own
+(``celeryconfig``, ``tasks``, ``app``). The task module and the worker's signal handlers
+(``hookline.worker.boot``) are loaded by the worker only, by name.
+"""
+
+from celery import Celery
+
+from hookline.core.messages import TASK_NAME
+
+# fixups=[]: Celery would otherwise set up a Django project named by DJANGO_SETTINGS_MODULE in
+# the environment, which is the host's business, not Hookline's worker's.
+app = Celery("hookline", set_as_current=False, include=["hookline.worker.tasks"], fixups=[])
+app.config_from_object("hookline.celeryconfig")
+# The worker's start-up glue: version check, releaser, metrics server, JSON logs.
+app.conf.imports = ("hookline.worker.boot",)
+
+__all__ = ["TASK_NAME", "app"]

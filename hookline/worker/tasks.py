@@ -1,0 +1,82 @@
+"""The delivery task. Thin: it reads the message, runs the engine and acts on the outcome.
+
+Retries go through ``autoretry_for`` only for Hookline's own Redis failing before an attempt;
+a failed attempt comes back from the engine as ``RetryDue`` and is parked here, with no
+exception through Celery (a traceback per retry was most of a retry's cost).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import redis
+from celery.signals import task_failure
+
+from hookline.core import metrics
+from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.messages import TASK_NAME
+from hookline.delivery.engine import Deferred, DeliveryEngine, DeliveryRequest, RetryDue
+from hookline.delivery.retries import dead_letter_unexpected
+from hookline.worker.celery import app
+from hookline.worker.parking import ParkingTask
+
+
+class DeliveryTask(ParkingTask):
+    autoretry_for = (redis.RedisError,)  # Hookline's own Redis, before the attempt
+    retry_backoff = False
+    max_retries = None  # the retry policy decides when to stop, and dead-letters the event
+    acks_late = True
+    engine: DeliveryEngine | None = None
+
+
+@app.task(bind=True, base=DeliveryTask, name=TASK_NAME, shared=False)
+def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
+            event_id: str | None = None, deadline: Any = None, attempts: int = 0,
+            first_attempt_at: float | None = None, rate_slot: int = 0,
+            enqueued_at: float | None = None) -> dict[str, Any]:
+    """Deliver one event to one endpoint (an attempt, a deferral or a scheduled retry).
+
+    ``event_id`` defaults to the task id, which Celery keeps across retries; ``deadline``
+    (Unix seconds, datetime or ISO 8601) is when the event stops being worth sending. The
+    rest is Hookline's bookkeeping, set on publish, retries and deferrals.
+    """
+    event_id = event_id or self.request.id
+    try:
+        validate_event(endpoint_id, event_type, payload, event_id)
+        request = DeliveryRequest(
+            endpoint_id=endpoint_id, event_type=event_type, payload=payload, event_id=event_id,
+            deadline=to_timestamp(deadline, name="deadline"), attempts=int(attempts),
+            first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
+            rate_slot=int(rate_slot or 0),
+            enqueued_at=to_timestamp(enqueued_at, name="enqueued_at"),
+        )
+    except (MalformedEvent, TypeError, ValueError) as exc:
+        dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
+                               self.request.id, "malformed", exc)
+        return {"outcome": "dead_lettered", "reason": "malformed"}
+    if DeliveryTask.engine is None:
+        DeliveryTask.engine = DeliveryEngine()
+    result = DeliveryTask.engine.attempt(request, token=uuid.uuid4().hex)
+    if isinstance(result, Deferred):  # not an attempt: the count stays
+        self.park_next(result.request, result.countdown)
+        return {"outcome": "deferred", "reason": result.reason, "countdown": result.countdown}
+    if isinstance(result, RetryDue):
+        self.park_next(result.request, result.countdown, status=result.status,
+                       error=result.error)
+        metrics.count_outcome(endpoint_id, "retry_scheduled")
+        return {"outcome": "retry_scheduled", "countdown": result.countdown,
+                "status": result.status}
+    return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
+
+
+@task_failure.connect(sender=deliver)
+def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any = None,
+                args: Any = None, kwargs: Any = None, **_: Any) -> None:
+    """Any failure the engine did not turn into an outcome (a bug, a lost dependency) ends in
+    the dead-letter queue with reason ``error`` instead of vanishing. A Reject comes from a
+    park that failed, which dead-lettered or kept the event already."""
+    from celery.exceptions import Reject
+
+    if not isinstance(exception, Reject):
+        dead_letter_unexpected(args or (), kwargs or {}, task_id, "error", exception)

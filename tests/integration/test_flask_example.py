@@ -1,0 +1,140 @@
+"""The Flask extension and the example app (examples/flask_app), end to end: Flask's test
+client, a real Redis, the session worker and a real HTTP receiver."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from standardwebhooks import Webhook
+
+from examples.flask_app.app import create_app
+from examples.receiver import Receiver, Reply, always
+from hookline import WebhookInputError
+from hookline.contrib.flask import Hookline
+from hookline.core import config
+from hookline.core.config import ConfigError
+from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.gates import Gate
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+
+@pytest.fixture(autouse=True)
+def environment_settings_restored() -> Iterator[None]:
+    """init_app sets this process's settings; later tests see the environment's again."""
+    saved = config._configured
+    yield
+    config._configured = saved
+
+
+@pytest.fixture
+def orders_endpoint(receiver: Receiver) -> Endpoint:
+    endpoint_id = f"orders-{uuid.uuid4().hex[:8]}"
+    return EndpointRegistry().add(endpoint_id,
+                                  receiver.route(f"/{endpoint_id}", always(Reply(204))))
+
+
+@pytest.fixture
+def web(orders_endpoint: Endpoint) -> Flask:
+    return create_app({"ORDERS_WEBHOOK_ENDPOINT": orders_endpoint.id,
+                       "HOOKLINE_MAX_PAYLOAD_BYTES": 4096})
+
+
+def delivered(endpoint_id: str, event_id: str, timeout: float = 20.0) -> None:
+    gate = Gate()
+    wait_until(lambda: gate.is_delivered(endpoint_id, event_id), timeout)
+
+
+def test_created_order_arrives_as_a_signed_webhook_with_its_id(web, orders_endpoint, receiver):
+    response = web.test_client().post("/orders", json={"customer": "ada", "total": "9.99"})
+    assert response.status_code == 201, response.get_data(as_text=True)
+    order_id, event_id = response.json["order_id"], response.json["event_id"]
+    delivered(orders_endpoint.id, event_id)
+    [request] = receiver.requests_to(f"/{orders_endpoint.id}")
+    assert request.webhook_id == event_id
+    body = Webhook(orders_endpoint.secrets[0]).verify(request.body, request.headers)
+    assert body["type"] == "order.created"
+    assert body["data"] == {"order_id": order_id, "customer": "ada", "total": "9.99"}
+
+
+def test_each_order_is_sent_once(web, orders_endpoint, receiver):
+    client = web.test_client()
+    event_ids = [client.post("/orders", json={"customer": f"c{n}", "total": n}).json["event_id"]
+                 for n in range(20)]
+    for event_id in event_ids:
+        delivered(orders_endpoint.id, event_id)
+    arrived = [r.webhook_id for r in receiver.requests_to(f"/{orders_endpoint.id}")]
+    assert sorted(arrived) == sorted(event_ids)
+
+
+def test_missing_endpoint_is_reported_by_the_route_and_nothing_is_enqueued(
+        web, published):
+    web.config["ORDERS_WEBHOOK_ENDPOINT"] = "no-such-endpoint"
+    response = web.test_client().post("/orders", json={"customer": "ada", "total": "1"})
+    assert response.status_code == 500
+    assert "no endpoint 'no-such-endpoint'" in response.json["error"]
+    assert published.events == []
+
+
+def test_bad_order_is_a_client_error(web, published):
+    response = web.test_client().post("/orders", json={"customer": "ada"})
+    assert response.status_code == 400
+    assert published.events == []
+
+
+def test_extension_registers_itself_and_applies_the_app_config(web):
+    extension = web.extensions["hookline"]
+    assert isinstance(extension, Hookline)
+    assert extension.settings is config.settings()
+    assert config.settings().max_payload_bytes == 4096  # from the app's config
+    # Not in the app's config: from the environment.
+    assert config.settings().retry_policy.max_attempts == int(os.environ["HOOKLINE_MAX_ATTEMPTS"])
+
+
+def test_extension_send_webhook_validates_like_send_webhook(web, orders_endpoint, published):
+    extension: Any = web.extensions["hookline"]
+    with pytest.raises(WebhookInputError, match=r"limit is 4096 \(HOOKLINE_MAX_PAYLOAD_BYTES\)"):
+        extension.send_webhook(orders_endpoint.id, "order.created", {"note": "x" * 5000})
+    assert published.events == []
+    event_id = extension.send_webhook(orders_endpoint.id, "order.created", {"n": 1},
+                                      event_id="order-1-created")
+    assert event_id == "order-1-created"
+    assert [e for _queue, _endpoint, e in published.events] == [event_id]
+
+
+def test_init_app_later_for_application_factories():
+    extension = Hookline()
+    assert extension.settings is None
+    flask_app = Flask("factory")
+    flask_app.config["HOOKLINE_MAX_ATTEMPTS"] = 9
+    extension.init_app(flask_app)
+    assert flask_app.extensions["hookline"] is extension
+    assert config.settings().retry_policy.max_attempts == 9
+
+
+@pytest.mark.parametrize(("app_config", "message"), [
+    ({"HOOKLINE_MAX_ATEMPTS": 3}, "unknown Hookline setting.*HOOKLINE_MAX_ATEMPTS"),
+    ({"HOOKLINE_JITTER": 2}, "HOOKLINE_JITTER"),
+    ({"REDIS_URL": "http://127.0.0.1:6379/0"}, "REDIS_URL"),
+    # The broker follows REDIS_URL, and this process is connected to it already.
+    ({"REDIS_URL": "redis://127.0.0.1:6399/3"}, "changed after this process connected"),
+])
+def test_bad_config_is_refused_naming_the_key(app_config, message):
+    before = config.settings()
+    flask_app = Flask("bad")
+    flask_app.config.update(app_config)
+    with pytest.raises(ConfigError, match=message):
+        Hookline(flask_app)
+    assert "hookline" not in flask_app.extensions
+    assert config.settings() is before  # nothing applied
+
+
+def test_health(web):
+    response = web.test_client().get("/health")
+    assert (response.status_code, response.json) == (200, {"status": "ok"})

@@ -1,0 +1,151 @@
+"""Hookline's broker transport (app/broker.py) on a real Redis: a message is taken off its queue
+and recorded as unacknowledged in one atomic step, so a consumer that dies at any instant
+loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-lettered."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+import redis
+from kombu import Connection, Consumer, Exchange, Producer, Queue
+
+from hookline.store.connection import DOORBELL_KEY
+from tests.conftest import flushed, isolated_url, wait_until
+
+URL = isolated_url(9)
+QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
+TRANSPORT = "hookline.broker:Transport"
+
+
+@pytest.fixture
+def db():
+    yield from flushed(URL)
+
+
+def connect(**options) -> Connection:
+    return Connection(URL, transport=TRANSPORT, transport_options=options)
+
+
+def publish(conn: Connection, body: dict) -> None:
+    Producer(conn.channel(), exchange=QUEUE.exchange, routing_key=QUEUE.routing_key,
+             serializer="json").publish(body, declare=[QUEUE])
+
+
+def acking(conn: Connection, got: list) -> Consumer:
+    """A consumer of the test queue that keeps each body in ``got`` and acknowledges it."""
+    return Consumer(conn, [QUEUE], callbacks=[lambda body, m: (got.append(body), m.ack())])
+
+
+def no_unacked_record(db: redis.Redis) -> bool:
+    return db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+
+
+def drain_until(conn: Connection, condition, timeout: float = 10.0) -> None:
+    """Drain events (each wait at most 1 s) until ``condition()`` holds or ``timeout`` ends."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        with contextlib.suppress(TimeoutError):
+            conn.drain_events(timeout=1)
+
+
+def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
+    """The consumer sends its take, then dies before reading the reply (the window in which
+    kombu's BRPOP loses a message): the message is in the unacked hash, and the restore
+    sweep puts it back on its queue."""
+    with connect(visibility_timeout=1) as conn:
+        publish(conn, {"n": 1})
+        assert db.llen("broker-test") == 1
+        channel = conn.default_channel
+        channel.basic_consume("broker-test", no_ack=False, callback=lambda m: None,
+                              consumer_tag="t1")
+        channel._wait_from = None
+        conn.transport.cycle._register_BRPOP(channel)  # sends the take on the consuming connection
+        wait_until(lambda: db.llen("broker-test") == 0)
+        channel.client.connection.disconnect()  # "dies": the reply is never read
+        [tag] = db.hkeys("unacked")
+        assert db.zscore("unacked_index", tag) is not None
+        record = db.hget("unacked", tag)
+        assert '"broker-test"' in record and tag in record
+
+        # A sweep after the visibility timeout brings it back, unchanged.
+        wait_until(lambda: time.time() - db.zscore("unacked_index", tag) > 1.0, timeout=5)
+        channel.qos.restore_visible(num=10, interval=1)
+        assert db.llen("broker-test") == 1 and db.hlen("unacked") == 0
+
+    with connect() as conn:
+        got = []
+        with acking(conn, got):
+            conn.drain_events(timeout=5)
+        assert got == [{"n": 1}]
+        assert no_unacked_record(db)
+
+
+def test_an_acknowledged_message_leaves_no_record_and_a_rejected_one_goes_back(db):
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        publish(conn, {"n": 2})
+        seen = []
+
+        def handle(body, message):
+            seen.append(body["n"])
+            if body["n"] == 1:
+                message.ack()
+            else:
+                message.reject(requeue=True)
+
+        with Consumer(conn, [QUEUE], callbacks=[handle]):
+            conn.drain_events(timeout=5)
+            conn.drain_events(timeout=5)
+        assert seen == [1, 2]
+        assert no_unacked_record(db)
+        assert db.llen("broker-test") == 1  # the rejected one, back on its queue
+
+
+def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
+    """With a 30 s blocking timeout, a message published while the consumer blocks still
+    arrives within the 10 s drain: the push rang the doorbell."""
+    with connect(brpop_timeout=30) as conn, connect() as producer_conn:
+        got = []
+        with acking(conn, got):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)  # queue empty: now blocked on the doorbell
+            assert conn.default_channel._wait_from is not None
+            publish(producer_conn, {"n": 7})
+            assert db.xlen(DOORBELL_KEY) == 1
+            drain_until(conn, lambda: got)  # the doorbell wakes it, then it takes the message
+        assert got == [{"n": 7}]
+
+
+def test_a_push_that_rings_no_doorbell_is_taken_after_the_blocking_timeout(db):
+    """A producer on kombu's stock transport does not ring; its message is still taken."""
+    with connect(brpop_timeout=1) as conn:
+        got = []
+        with acking(conn, got):
+            with pytest.raises(TimeoutError):
+                conn.drain_events(timeout=0.3)
+            with Connection(URL) as stock:  # kombu's own Redis transport
+                publish(stock, {"n": 3})
+            drain_until(conn, lambda: got)
+        assert got == [{"n": 3}]
+
+
+def test_a_no_ack_consumer_leaves_no_unacked_record(db):
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        got = []
+        with Consumer(conn, [QUEUE], no_ack=True, callbacks=[lambda body, m: got.append(body)]):
+            conn.drain_events(timeout=5)
+        assert got == [{"n": 1}]
+        assert no_unacked_record(db)
+
+
+def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        db.script_flush()
+        got = []
+        with acking(conn, got):
+            drain_until(conn, lambda: got)
+        assert got == [{"n": 1}]

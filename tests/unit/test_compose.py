@@ -1,0 +1,306 @@
+"""docker-compose.yml and the Dockerfile: checked as files (no Docker engine needed), and by
+``docker compose config`` where the Compose plugin is installed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hookline.core.config import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+HOOKLINE_SERVICES = ("worker", "flower", "web", "receiver")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def argv(command: str | list[str]) -> list[str]:
+    return shlex.split(command) if isinstance(command, str) else [str(part) for part in command]
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|ms|h|m|s)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(value: str | int | float) -> float:
+    """Seconds in a Compose duration: ``60s``, ``1m30s``, ``1h``, ``500ms`` (a bare number is
+    seconds)."""
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    if not text or _DURATION_PART.sub("", text):
+        raise ValueError(f"not a Compose duration: {value!r}")
+    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
+
+
+def test_duration_parser() -> None:
+    assert duration("60s") == 60
+    assert duration("1m30s") == 90
+    assert duration("1h2m3s") == 3723
+    assert duration("500ms") == 0.5
+    assert duration("1.5s") == 1.5
+    assert duration(45) == 45
+    with pytest.raises(ValueError):
+        duration("1 minute")
+
+
+def test_services_present_and_no_obsolete_version_key(compose, services) -> None:
+    assert {"redis", "worker", "flower", "web", "receiver"} <= set(services)
+    assert "version" not in compose
+
+
+def test_redis_persists_and_never_evicts(compose, services) -> None:
+    redis = services["redis"]
+    command = argv(redis["command"])
+    options = dict(zip(command[1::2], command[2::2], strict=False))
+    assert command[0] == "redis-server"
+    assert options.get("--appendonly") == "yes"
+    assert options.get("--maxmemory-policy") == "noeviction"
+    assert any(str(v).endswith(":/data") for v in redis["volumes"])
+    data_volume = next(str(v).split(":")[0] for v in redis["volumes"] if str(v).endswith(":/data"))
+    assert data_volume in (compose.get("volumes") or {}), "Redis data must be a named volume"
+    assert "redis-cli" in " ".join(argv(redis["healthcheck"]["test"]))
+
+
+def test_worker_scales(services) -> None:
+    worker = services["worker"]
+    assert "container_name" not in worker, "a fixed name breaks --scale worker=N"
+    assert "ports" not in worker, "a published host port breaks --scale worker=N"
+    assert "hostname" not in worker, "one hostname for all replicas would repeat the node name"
+    command = argv(worker["command"])
+    node = command[command.index("-n") + 1]
+    assert "%h" in node, "the node name must differ per replica"
+
+
+def test_worker_healthcheck_pings_its_own_node(services) -> None:
+    worker = services["worker"]
+    command = argv(worker["command"])
+    node = command[command.index("-n") + 1]
+    health = worker["healthcheck"]
+    assert health["test"][0] == "CMD-SHELL"
+    # %h is the container's hostname; $$ stops Compose from interpolating $HOSTNAME itself.
+    assert f"-d {node.replace('%h', '$$HOSTNAME')}" in health["test"][1]
+    assert "inspect ping" in health["test"][1]
+    assert duration(health["timeout"]) < duration(health["interval"])
+    assert duration(health["start_period"]) > 0
+
+
+def test_workers_wait_for_a_healthy_redis(services) -> None:
+    for name in ("worker", "flower", "web"):
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy", name
+
+
+def test_worker_grace_period_covers_soft_shutdown_and_an_attempt(services) -> None:
+    worker = services["worker"]
+    env = environment(worker)
+    assert worker.get("stop_signal", "SIGTERM") == "SIGTERM"
+    soft = float(env["CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT"])
+    defaults = Settings()
+    attempt = float(env.get("HOOKLINE_CONNECT_TIMEOUT", defaults.connect_timeout)) + float(
+        env.get("HOOKLINE_READ_TIMEOUT", defaults.read_timeout)
+    )
+    assert duration(worker["stop_grace_period"]) > soft + attempt
+
+
+def test_worker_environment(services) -> None:
+    env = environment(services["worker"])
+    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["HOOKLINE_LOG_FORMAT"] == "json"
+    assert env["HOOKLINE_METRICS_PORT"].isdigit()
+    assert env["HOOKLINE_ALLOWED_NETWORKS"]
+
+
+def test_dead_letter_spool_is_per_replica_storage(services) -> None:
+    """The spool (dead letters while Redis is down) sits on a volume of the worker's own: an
+    anonymous volume (no host path, no shared named volume), so replicas never share a file."""
+    worker = services["worker"]
+    spool = environment(worker)["HOOKLINE_DLQ_SPOOL"]
+    volumes = [str(v) for v in worker.get("volumes", [])]
+    anonymous = [v for v in volumes if ":" not in v]
+    assert any(spool.startswith(v.rstrip("/") + "/") for v in anonymous), volumes
+    assert f"HOOKLINE_DLQ_SPOOL={spool}" in DOCKERFILE.read_text()
+
+
+def test_flower_bounded_and_behind_basic_auth(services) -> None:
+    flower = services["flower"]
+    command = " ".join(argv(flower["command"]))
+    assert "flower" in command
+    assert "--max_tasks=" in command
+    assert "--purge_offline_workers=" in command
+    assert "--basic-auth" not in command and "--basic_auth" not in command, (
+        "credentials belong in the environment, not in a command line shown by ps"
+    )
+    auth = environment(flower)["FLOWER_BASIC_AUTH"]
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH[:?-].*\}", auth), auth
+    assert any(str(port).endswith(":5555") for port in flower["ports"])
+
+
+def test_web_runs_the_flask_example_on_port_8000(services) -> None:
+    web = services["web"]
+    command = argv(web["command"])
+    assert command[:3] == ["flask", "--app", "examples.flask_app.app"]
+    assert command[command.index("--port") + 1] == "8000"
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # reachable through the port
+    assert "127.0.0.1:8000:8000" in [str(port) for port in web["ports"]]
+    env = environment(web)
+    assert env["REDIS_URL"] == "redis://redis:6379/0"  # the workers' Redis
+    assert env["ORDERS_WEBHOOK_ENDPOINT"]
+
+
+def test_web_healthcheck_asks_a_route_the_app_has(services) -> None:
+    from examples.flask_app.app import create_app
+    from hookline.core import config
+
+    health = services["web"]["healthcheck"]
+    probe = " ".join(argv(health["test"]))
+    url = re.search(r"http://127\.0\.0\.1:(\d+)(/\S*?)'", probe)
+    assert url, probe
+    assert url.group(1) == "8000"
+    saved = config._configured
+    try:
+        routes = {rule.rule: rule.methods for rule in create_app().url_map.iter_rules()}
+    finally:
+        config._configured = saved  # create_app applied its settings to this process
+    assert "GET" in routes[url.group(2)]
+    assert "POST" in routes["/orders"]
+    assert duration(health["timeout"]) < duration(health["interval"])
+
+
+def test_image_installs_flask_for_web() -> None:
+    install = [line for line in DOCKERFILE.read_text().splitlines()
+               if line.startswith("RUN pip install --no-cache-dir .")]
+    assert install and re.search(r"[\"' ]flask\b", install[0], re.I), install
+
+
+def test_something_releases_scheduled_retries(services) -> None:
+    """Due retries leave the schedule only through a releaser: the workers' own thread
+    (HOOKLINE_RELEASER=worker, the default) or a service running `hookline releaser`."""
+    workers_release = environment(services["worker"]).get("HOOKLINE_RELEASER", "worker") == "worker"
+    releaser_services = [name for name, service in services.items()
+                         if argv(service.get("command", []))[:2] == ["hookline", "releaser"]]
+    assert workers_release or releaser_services
+
+
+def test_one_image_for_every_built_service(services) -> None:
+    built = {name: s for name, s in services.items() if "build" in s}
+    assert set(HOOKLINE_SERVICES) <= set(built)
+    dockerfiles = set()
+    for service in built.values():
+        build = service["build"]
+        if isinstance(build, str):
+            build = {"context": build}
+        context, dockerfile = build.get("context", "."), build.get("dockerfile", "Dockerfile")
+        dockerfiles.add((ROOT / context / dockerfile).resolve())
+    assert dockerfiles == {DOCKERFILE.resolve()}
+    assert len({s.get("image") for s in built.values()}) == 1
+
+
+def _modules(command: list[str]) -> list[str]:
+    """Python modules a command imports: ``python -m X``, ``celery -A X``, ``flask --app X``."""
+    modules = []
+    for flag in ("-m", "-A", "--app"):
+        if flag in command:
+            modules.append(command[command.index(flag) + 1].split(":")[0])
+    modules += [part.split("=", 1)[1].split(":")[0] for part in command
+                if part.startswith(("-A=", "--app="))]
+    return modules
+
+
+def _copied_into_image() -> set[str]:
+    sources: set[str] = set()
+    for line in DOCKERFILE.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0].upper() in ("COPY", "ADD") and not parts[1].startswith("--from"):
+            sources.update(p.rstrip("/") for p in parts[1:-1] if not p.startswith("--"))
+    return sources
+
+
+def test_every_command_module_exists_and_is_in_the_image(services) -> None:
+    copied = _copied_into_image()
+    for name, service in services.items():
+        commands = [argv(service["command"])] if "command" in service else []
+        test = (service.get("healthcheck") or {}).get("test")
+        if test and test[0] == "CMD-SHELL":
+            commands.append(shlex.split(test[1]))
+        for command in commands:
+            for module in _modules(command):
+                path = ROOT / module.replace(".", "/")
+                assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), (
+                    f"{name}: {module} is not in the repository"
+                )
+                if "build" in service:
+                    assert module.split(".")[0] in copied, f"{name}: {module} is not in the image"
+
+
+@pytest.mark.parametrize("source", sorted(_copied_into_image()))
+def test_dockerfile_copies_files_that_exist(source: str) -> None:
+    # README.md among them: pyproject's `readme` field names it.
+    assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
+
+
+def test_dockerfile_runs_unprivileged() -> None:
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    user = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert user and user[-1].split(":")[0] not in ("root", "0")
+    assert "pip install --no-cache-dir ." in text
+
+
+def test_dockerignore_keeps_local_state_out() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for entry in (".venv", ".git", "*.log"):
+        assert entry in ignored
+    copied = _copied_into_image()
+    assert not copied & set(ignored), "the build context must keep what the Dockerfile copies"
+
+
+def _compose_plugin() -> str | None:
+    docker = shutil.which("docker")
+    if docker is None:
+        return None
+    result = subprocess.run([docker, "compose", "version"], capture_output=True, text=True,
+                            check=False)
+    return docker if result.returncode == 0 else None
+
+
+@pytest.mark.skipif(_compose_plugin() is None,
+                    reason="the docker CLI's Compose plugin is not installed "
+                           "(`docker compose version` fails); the file checks above still run")
+def test_docker_compose_config_accepts_the_file() -> None:
+    docker = _compose_plugin()
+    assert docker is not None
+    # The file's own defaults must do: none of the variables it interpolates is set.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FLOWER_BASIC_AUTH", "HOOKLINE_ALLOWED_NETWORKS")}
+    result = subprocess.run([docker, "compose", "-f", str(COMPOSE_FILE), "config", "-q"],
+                            cwd=ROOT, capture_output=True, text=True, check=False, env=env,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "", result.stderr  # no warnings (obsolete keys, unset variables)

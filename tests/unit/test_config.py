@@ -1,0 +1,61 @@
+"""Settings from the environment: each bad value is refused with its variable named."""
+
+import pytest
+
+from hookline.core.config import ConfigError, load_settings
+
+
+def test_defaults():
+    settings = load_settings({})
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.broker_url == settings.redis_url
+    assert settings.retry_policy.max_attempts == 35
+
+
+def test_broker_defaults_to_redis_url_and_can_differ():
+    assert load_settings({"REDIS_URL": "redis://r:1/2"}).broker_url == "redis://r:1/2"
+    assert load_settings(
+        {"REDIS_URL": "redis://r:1/2", "CELERY_BROKER_URL": "redis://b:1/0"}
+    ).broker_url == "redis://b:1/0"
+
+
+def test_policy_variables_are_read():
+    settings = load_settings({"HOOKLINE_INITIAL_BACKOFF": "0.5", "HOOKLINE_JITTER": "0",
+                              "HOOKLINE_MAX_ATTEMPTS": "3", "HOOKLINE_MAX_AGE": "90.5"})
+    policy = settings.retry_policy
+    assert (policy.initial_backoff, policy.jitter, policy.max_attempts, policy.max_age) == (
+        0.5, 0.0, 3, 90.5)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HOOKLINE_JITTER": "2"}, "HOOKLINE_JITTER"),
+        ({"HOOKLINE_JITTER": "lots"}, "HOOKLINE_JITTER"),
+        ({"HOOKLINE_BACKOFF_MULTIPLIER": "0.5"}, "HOOKLINE_BACKOFF_MULTIPLIER"),
+        ({"HOOKLINE_MAX_ATTEMPTS": "0"}, "HOOKLINE_MAX_ATTEMPTS"),
+        ({"HOOKLINE_MAX_ATTEMPTS": "three"}, "HOOKLINE_MAX_ATTEMPTS"),
+        ({"HOOKLINE_INITIAL_BACKOFF": "100", "HOOKLINE_MAX_BACKOFF": "10"},
+         "HOOKLINE_INITIAL_BACKOFF"),
+        ({"HOOKLINE_MAX_BACKOFF": str(8 * 86400)}, "HOOKLINE_MAX_BACKOFF"),
+        ({"CELERY_VISIBILITY_TIMEOUT": "40"}, "CELERY_VISIBILITY_TIMEOUT"),
+        ({"HOOKLINE_READ_TIMEOUT": "500"}, "HOOKLINE_READ_TIMEOUT"),
+        ({"HOOKLINE_RELEASER": "cron"}, "HOOKLINE_RELEASER"),
+        ({"HOOKLINE_BREAKER_COOLDOWN": "60", "HOOKLINE_BREAKER_MAX_COOLDOWN": "30"},
+         "HOOKLINE_BREAKER_MAX_COOLDOWN"),
+        ({"HOOKLINE_MAX_AGE": "inf"}, "HOOKLINE_MAX_AGE"),
+        ({"REDIS_URL": "http://localhost"}, "REDIS_URL"),
+        ({"HOOKLINE_READ_TIMEOUT": "0"}, "HOOKLINE_READ_TIMEOUT"),
+        ({"HOOKLINE_LOG_FORMAT": "xml"}, "HOOKLINE_LOG_FORMAT"),
+    ],
+)
+def test_bad_setting_is_refused_with_its_name(env, named):
+    with pytest.raises(ConfigError, match=named):
+        load_settings(env)
+
+
+def test_backoff_is_not_bounded_by_the_visibility_timeout():
+    """Retries wait in the retry schedule, not in the broker: a day-long backoff is fine."""
+    settings = load_settings({"HOOKLINE_MAX_BACKOFF": "86400", "HOOKLINE_MAX_AGE": "604800"})
+    assert settings.retry_policy.max_backoff == 86400
+    assert settings.visibility_timeout == 300
