@@ -17,19 +17,28 @@ RUN groupadd --system --gid 10001 hookline \
        --shell /usr/sbin/nologin hookline \
     && install -d -o hookline -g hookline -m 0750 /var/lib/hookline
 
+# The distribution, installed as a host project installs it: the one package `hookline`, its
+# dependencies, the `hookline` console script, and the extras the services below need (flask
+# for `web`, flower for `flower`). Built from a copy of the sources that is removed afterwards,
+# so every process imports the installed package, never a source tree beside it.
+# pyproject's `readme` and `license-files` name README.md and LICENSE: both are part of the build.
+WORKDIR /tmp/hookline-dist
+COPY pyproject.toml README.md LICENSE ./
+COPY hookline/ hookline/
+RUN pip install --no-cache-dir ".[flask,flower]" && cd / && rm -rf /tmp/hookline-dist
+
 WORKDIR /srv/hookline
 
-# pyproject's `readme` field names README.md, so it is part of the build.
-COPY pyproject.toml README.md celeryconfig.py ./
+# The checkout's entry points, which the wheel does not ship (a host project has modules named
+# app, tasks and celeryconfig of its own): `celery -A app worker` and `celery -A app flower`
+# import app/ from this working directory (Celery puts the working directory on sys.path to
+# find -A); tasks/ and celeryconfig.py only point into the installed package.
+# examples/ (not installed either): `python -m examples.receiver` and
+# `flask --app examples.flask_app.app` import it from the working directory too.
+# Owned by root, read-only for the user below.
+COPY celeryconfig.py ./
 COPY app/ app/
 COPY tasks/ tasks/
-# Installs the packages app, hookline.store.lua and tasks, the celeryconfig module, the dependencies and
-# the `hookline` console script, plus Flask for the `web` example service. The sources stay in
-# the image, owned by root, read-only.
-RUN pip install --no-cache-dir . "flask>=3.0,<4" && rm -rf build ./*.egg-info
-
-# examples/ is not an installed package: `python -m examples.receiver` imports it from the
-# working directory, which is why it is copied into WORKDIR.
 COPY examples/ examples/
 
 USER 10001:10001

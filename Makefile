@@ -10,7 +10,8 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 # The tests use their own database (15) of the local Redis unless told otherwise.
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
-.PHONY: install venv redis demo test lint bench bench-schedule bench-compare chaos clean
+.PHONY: install venv redis demo test test-fast test-compat lint bench bench-schedule bench-compare \
+	bench-retries chaos clean
 
 install venv: $(STAMP)
 
@@ -34,6 +35,21 @@ test: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The fast tier: pure unit tests and store tests on the real Redis, no worker processes and no
+# HTTP receivers (tests/conftest.py refuses a worker fixture there). Well under 30 s.
+test-fast: $(STAMP)
+	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
+	$(BIN)/pytest tests/unit tests/store $(PYTEST_ARGS)
+
+# The broker, crash and held-endpoint tests at each end of the celery/kombu/billiard range
+# pyproject.toml declares: COMPAT=lowest (compat.SUPPORTED's lower bounds), newest (what pip
+# resolves today) or all (both, the default). Each end in a throwaway virtualenv in .compat/.
+COMPAT ?= all
+test-compat:
+	@test -n "$(PYTHON)" || { echo "No Python 3.11+ found: set PYTHON=..."; exit 1; }
+	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
+	PYTHON=$(PYTHON) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test-compat.sh $(COMPAT)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -50,9 +66,15 @@ bench-schedule: $(STAMP)
 	$(BIN)/python -m bench.schedule $(BENCH_ARGS)
 
 # Hookline beside a Celery no-op task and the naive webhook task: throughput, slow receiver,
-# outage isolation, rate limit, enqueue cost; plots in bench/results/.
+# outage isolation, rate limit, enqueue cost, retries vs first deliveries; plots in
+# bench/results/.
 bench-compare: $(STAMP)
 	$(BIN)/python -m bench.compare $(BENCH_ARGS)
+
+# Part 8 of bench-compare alone: one worker's first deliveries/s beside its retries parked/s
+# (target >= 0.6); e.g. `make bench-retries BENCH_ARGS="--quick --profile /tmp/prof.txt"`.
+bench-retries: $(STAMP)
+	$(BIN)/python -m bench.compare_retries $(BENCH_ARGS)
 
 # Fault run under load on private Redis, receivers and workers: SIGKILL, SIGTERM, a Redis
 # restart, scale-out, a flapping receiver (summary in bench/results/chaos.json).
@@ -60,6 +82,6 @@ chaos: $(STAMP)
 	$(BIN)/python -m bench.chaos
 
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build .compat
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 	rm -f .demo-worker.log .pytest-worker-*.log .pytest-dlq-spool.jsonl

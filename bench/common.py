@@ -2,7 +2,7 @@
 receiver; and a description of the machine they ran on.
 
 Nothing here imports ``app``: the caller sets the environment (REDIS_URL...) first, because
-``app.config.settings()`` is read once per process.
+``hookline.core.config.settings()`` is read once per process.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def code_version() -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    changed = git("status", "--porcelain", "--", "app", "tasks", "celeryconfig.py")
+    changed = git("status", "--porcelain", "--", "hookline", "app", "tasks", "celeryconfig.py")
     return {"commit": git("rev-parse", "--short", "HEAD").strip(),
             "uncommitted": [line[3:] for line in changed.splitlines()]}
 

@@ -24,7 +24,11 @@ before the clock starts, so the publisher never bounds a contender).
    the healthy endpoint's events/s vs alone, and the attempts the dead one gets.
 5. Rate limit: 3 Hookline workers, an endpoint limited to 50/s (burst 5), 2,000 events at
    once: 1-s windows over 55 requests, and drain time over the ideal 40 s.
-7. Enqueue cost: ``app.send_webhook`` vs ``deliver.delay()``, 2,000 calls each, no worker.
+7. Enqueue cost: ``hookline.send_webhook`` vs ``deliver.delay()``, 2,000 calls each, no worker.
+8. Retries (bench/compare_retries.py): one Hookline worker, first deliveries/s to a receiver
+   answering 200 at once beside retries parked/s with every attempt answered 500 (next attempt
+   due in about an hour, so each event is attempted once and parked; parks counted in the
+   schedule's due set); the ratio, target >= 0.6.
 
 Prints a markdown table, writes ``bench/results/compare.json`` and two PNG plots there.
 HOOKLINE_* and CELERY_* variables of the calling shell are ignored. Everything it starts is
@@ -56,6 +60,7 @@ from bench.compare_plots import RESULTS, plot_rate, plot_storm
 from bench.compare_plots import check as check_plots
 from bench.compare_procs import ReceiverProcess
 from bench.compare_report import METHOD, findings, report, stored_results
+from bench.compare_retries import retries
 from bench.schedule_tools import hold_signals
 
 OUTPUT = RESULTS / "compare.json"
@@ -103,6 +108,9 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         contenders.clear()
         print(f"part 5: rate limit, {options.rate_events:,} events, 3 workers", flush=True)
         rate = rate_limit(workdir, receiver, options.rate_events)
+        print(f"part 8: retries, {options.retry_events:,} events, {options.rounds} round(s), "
+              "one worker", flush=True)
+        retry = retries(workdir, receiver, options.retry_events, options.rounds)
         print(f"part 7: enqueue cost, {options.enqueue_calls:,} calls each", flush=True)
         enqueue = enqueue_cost(options.enqueue_calls)
         info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -111,6 +119,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 "contenders": {n: {"app": a, "task": t, "pool": p, "concurrency": c}
                                for n, (a, t, _, p, c) in CONTENDERS.items()},
                 **speed, "outage": outages, "rate_limit": rate, "enqueue": enqueue,
+                "retries": retry,
                 **stored_results(), "method": METHOD}
 
 
@@ -118,13 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, help="events per throughput batch (5000)")
     parser.add_argument("--quick", action="store_true",
-                        help="1,000 events, 500 rate-limited, a 20 s outage window")
+                        help="1,000 events, 500 rate-limited, a 20 s outage window, "
+                        "1,000 retries, one round")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument("--no-plots", action="store_true")
     options = parser.parse_args(argv)
     quick = options.quick
     options.events = options.events or (1000 if quick else 5000)
     options.rate_events = 500 if quick else 2000
+    options.retry_events = 1000 if quick else 3000
     options.window = 20.0 if quick else 40.0
     options.slow_default_events = 100 if quick else 300
     options.enqueue_calls = 2000

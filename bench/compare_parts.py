@@ -32,30 +32,39 @@ RATE, RATE_PER_SECOND = "50/s", 50
 def worker_env(kind: str, url: str, workdir: Path) -> dict[str, str]:
     if kind == "bench.naive":
         return {"BENCH_NAIVE_BROKER_URL": url}
-    return {"REDIS_URL": url, "CELERY_BROKER_URL": url, "HOOKLINE_ALLOWED_NETWORKS": LOOPBACK,
+    return {"REDIS_URL": url, "HOOKLINE_BROKER_URL": url, "HOOKLINE_ALLOWED_NETWORKS": LOOPBACK,
             "HOOKLINE_METRICS_PORT": "0", "HOOKLINE_LOG_FORMAT": "text",
             "HOOKLINE_DLQ_SPOOL": str(workdir / f"spool-{url.rsplit(':', 1)[1][:5]}.jsonl")}
 
 
-def start(kind: str, workdir: Path, *, workers: int = 1, name: str = "") -> Contender:
-    """A private Redis and ``workers`` worker processes of contender ``kind`` (not waited on)."""
+def start(kind: str, workdir: Path, *, workers: int = 1, name: str = "",
+          env: dict[str, str] | None = None) -> Contender:
+    """A private Redis and ``workers`` worker processes of contender ``kind`` (not waited on),
+    their environment with ``env`` on top."""
     app, task, queue, pool, concurrency = CONTENDERS[kind]
     name = name or kind
     server = RedisServer(name, workdir)
     server.wait_ready()
     client = redis.Redis(port=server.port, decode_responses=True)
     contender = Contender(name, server, client, task, queue)
+    environment = worker_env(app, server.url, workdir) | (env or {})
     for n in range(workers):
         contender.workers.append(PoolWorker(
-            worker_env(app, server.url, workdir), workdir / f"worker-{name}-{n}.log",
+            environment, workdir / f"worker-{name}-{n}.log",
             app=app, pool=pool, concurrency=concurrency, name=f"{name}{n}"))
     return contender
 
 
 def target(contender: Contender, receiver: ReceiverProcess, name: str, *, delay_ms: int = 0,
-           refused: bool = False, rate: str | None = None) -> str:
-    """Where a batch goes: a URL (naive, no-op), or an endpoint registered for it (Hookline)."""
-    url = receiver.refuse_url(contender.name) if refused else receiver.url(name, delay_ms)
+           refused: bool = False, rate: str | None = None, status: int | None = None) -> str:
+    """Where a batch goes: a URL (naive, no-op), or an endpoint registered for it (Hookline).
+    ``status``: a receiver answering that status at once (no delay)."""
+    if refused:
+        url = receiver.refuse_url(contender.name)
+    elif status is not None:
+        url = receiver.status_url(name, status)
+    else:
+        url = receiver.url(name, delay_ms)
     if not contender.hookline:
         return url
     from hookline.store.endpoints import EndpointRegistry

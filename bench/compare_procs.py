@@ -54,6 +54,10 @@ class ReceiverProcess:
     def url(self, name: str, delay_ms: int = 0) -> str:
         return f"http://127.0.0.1:{self.port}/d{delay_ms}/{name}"
 
+    def status_url(self, name: str, status: int) -> str:
+        """Answers ``status`` at once, empty; counted under ``name``."""
+        return f"http://127.0.0.1:{self.port}/s{status}/{name}"
+
     def refuse_url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.refuse_ports[name]}/hook"
 

@@ -5,9 +5,11 @@
 No nginx on this machine, and Python's ``http.server`` spends a thread per connection, so this
 is the fastest receiver at hand: one event loop, keep-alive, every POST answered ``204``. The
 path picks the behaviour and the counter: ``/d<ms>/<name>`` answers after ``<ms>`` milliseconds
-(``/d0/fast``, ``/d100/slow``) and counts under ``<name>``. Each ``--refuse NAME`` opens one
-more port that accepts a connection and resets it at once (SO_LINGER 0): a receiver that is
-down, whose connection attempts can still be counted (a closed port counts nothing).
+(``/d0/fast``, ``/d100/slow``) and counts under ``<name>``; ``/s<status>/<name>`` answers
+``<status>`` at once, empty (``/s200/ok``, ``/s500/failing``), and counts likewise. Each
+``--refuse NAME`` opens one more port that accepts a connection and resets it at once
+(SO_LINGER 0): a receiver that is down, whose connection attempts can still be counted (a
+closed port counts nothing).
 
 Control paths (GET, same port): ``/_stats/<name>`` (hits, distinct ``webhook-id`` values, first
 and last arrival), ``/_times/<name>`` (every arrival, Unix seconds), ``/_wait/<name>?count=N&
@@ -31,6 +33,13 @@ from urllib.parse import parse_qs, urlsplit
 
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+REASONS = {200: "OK", 204: "No Content", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def status_line(status: int) -> bytes:
+    """An empty response with ``status`` (``/s<status>/<name>``)."""
+    reason = REASONS.get(status, "Status")
+    return f"HTTP/1.1 {status} {reason}\r\nContent-Length: 0\r\n\r\n".encode()
 
 
 @dataclass
@@ -98,6 +107,10 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                     await asyncio.sleep(int(delay) / 1000)
                 counters[name].record(headers.get("webhook-id", ""))
                 writer.write(NO_CONTENT)
+            elif method == "POST" and url.path.startswith("/s"):
+                status, _, name = url.path[2:].partition("/")
+                counters[name].record(headers.get("webhook-id", ""))
+                writer.write(status_line(int(status)))
             else:
                 writer.write(NOT_FOUND)
             await writer.drain()

@@ -23,7 +23,11 @@ METHOD = (
     "HOOKLINE_ALLOWED_NETWORKS=127.0.0.0/8 and no metrics port. The naive task runs on "
     "Celery's defaults (early ack, prefetch 4, max_retries 3, no task events). Rate limit: "
     "windows [t, t + 1 s) starting at each arrival holding more than rate + burst = 55 "
-    "requests; drain = push -> last arrival, ideal = events / 50."
+    "requests; drain = push -> last arrival, ideal = events / 50. Retries: a Hookline worker of "
+    "its own with HOOKLINE_INITIAL_BACKOFF=3600 and HOOKLINE_BREAKER_THRESHOLD=10^9 (no "
+    "breaker: every event is attempted), first deliveries = push -> last arrival at a "
+    "receiver answering 200, parks = push -> ZCARD of the schedule's due set (every 20 ms) "
+    "up by N with the receiver answering 500, in turn."
 )
 
 
@@ -83,6 +87,19 @@ def findings(result: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
                 rate["drain_ratio"] <= 1.1),
     ]
     anomalies = []
+    if retry := result.get("retries"):
+        targets.append(_target("8. retries parked/s / first deliveries/s, one worker",
+                               retry["ratio"], f">= {retry['target']}", retry["met"]))
+        parked = retry["parked"]
+        if not parked["attempted_once"]:
+            anomalies.append(f"retries: {parked['attempts']:,} attempts for "
+                             f"{parked['events']:,} failing events (one each expected)")
+        if parked["dead_lettered"]:
+            anomalies.append(f"retries: {parked['dead_lettered']:,} failing events "
+                             "dead-lettered instead of parked")
+        if retry["billiard_einfo_in"]:
+            anomalies.append("retries: billiard's einfo named in "
+                             + ", ".join(retry["billiard_einfo_in"]))
     for label, part in [*(("0 ms " + n, b) for n, b in fast.items()),
                         *(("100 ms " + n, b) for n, b in slow.items()),
                         ("rate limit", rate),
@@ -136,7 +153,11 @@ def report(result: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| {t['name']} | {t['value']} | {t['target']} | {'yes' if t['met'] else 'NO'} |"
-              for t in result["targets"]]
+              for t in result["targets"] if not t["name"].startswith("8.")]
+    if retry := result.get("retries"):
+        from bench.compare_retries import row
+
+        lines.append(row(retry))
     lines.append(f"| 1. Hookline / no-op | "
                  f"{fast['hookline']['per_second'] / fast['noop']['per_second']:.2f} | "
                  "reported | |")

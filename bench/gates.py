@@ -13,8 +13,8 @@ the state Redis counts only Hookline's own commands), a loopback receiver answer
    a script. Their sum is checked against commandstats.
 2. **Throughput, gated vs ungated**, R rounds alternating: N events of ``hookline.deliver``
    (admit, send, settle) and N of ``bench.ungated`` (the same signed request through
-   ``hookline.delivery.sender.send``, no gates), timed from the first publish until the receiver has seen all
-   N requests. MONITOR is off here.
+   ``hookline.delivery.sender.send``, no gates), timed from the first publish until the
+   receiver has seen all N requests. MONITOR is off here.
 
 Prints a markdown table and writes ``bench/results/gates.json``. Everything it starts is
 stopped on the way out, Ctrl-C included.
@@ -141,7 +141,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         stack.callback(broker.stop)
         state.wait_ready()
         broker.wait_ready()
-        env = {"REDIS_URL": state.url, "CELERY_BROKER_URL": broker.url,
+        env = {"REDIS_URL": state.url, "HOOKLINE_BROKER_URL": broker.url,
                "HOOKLINE_ALLOWED_NETWORKS": "127.0.0.0/8", "HOOKLINE_LOG_FORMAT": "text",
                "HOOKLINE_DLQ_SPOOL": str(workdir / "dlq-spool.jsonl"),
                "CELERY_WORKER_PREFETCH_MULTIPLIER": "1"}

@@ -28,7 +28,8 @@ def findings(commands: dict[str, Any], rounds: list[dict[str, Any]]) -> dict[str
             f"{commands['round_trips_setup']} handshake commands (HELLO, PING) and "
             f"{commands['rejected']} rejected ones ({commands['rejected_by_error']}: redis-py's "
             f"CLIENT SETINFO / MAINT_NOTIFICATIONS, unknown to Redis < 7.2) came from "
-            f"connections app/store.py's pool opened during the measure: a cost per connection "
+            f"connections hookline/store/connection.py's pool opened during the measure: "
+            f"a cost per connection "
             f"({commands['worker_connections']} worker connections in all), not per delivery")
     counted = sum(c["round_trips"] + c["inside_scripts"] for c in commands["commands"].values())
     if counted != round(commands["commandstats_total"] * events):

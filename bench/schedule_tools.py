@@ -23,7 +23,7 @@ LOOPBACK = "127.0.0.0/8"
 
 def worker_env(url: str, workdir: Path) -> dict[str, str]:
     """A Hookline worker's environment: its own Redis, no breaker, loopback allowed."""
-    return {"REDIS_URL": url, "CELERY_BROKER_URL": url, "HOOKLINE_LOG_FORMAT": "text",
+    return {"REDIS_URL": url, "HOOKLINE_BROKER_URL": url, "HOOKLINE_LOG_FORMAT": "text",
             "HOOKLINE_BREAKER_THRESHOLD": NO_BREAKER, "HOOKLINE_ALLOWED_NETWORKS": LOOPBACK,
             "HOOKLINE_METRICS_PORT": "0",
             "HOOKLINE_DLQ_SPOOL": str(workdir / "dlq-spool.jsonl")}

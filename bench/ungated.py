@@ -1,11 +1,11 @@
 """``bench.ungated``: Hookline's request without its gates, the baseline of ``bench.gates``.
 
 The same worker (``celery -A app worker --include bench.ungated``) sends the same Standard
-Webhooks request through ``hookline.delivery.sender.send`` (pooled session per thread, signing, timeouts,
-capped body read), but skips admit and settle: no idempotency marker, lease, breaker or rate
-limit. The endpoint is read from the registry once per worker process, not per event, so the
-task touches Hookline's Redis only on its first run. Benchmark use only: nothing in ``app``
-knows about it.
+Webhooks request through ``hookline.delivery.sender.send`` (pooled session per thread,
+signing, timeouts, capped body read), but skips admit and settle: no idempotency marker,
+lease, breaker or rate limit. The endpoint is read from the registry once per worker process,
+not per event, so the task touches Hookline's Redis only on its first run. Benchmark use only:
+nothing in ``hookline`` knows about it.
 """
 
 from __future__ import annotations

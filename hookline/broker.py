@@ -8,9 +8,10 @@ and producers using the stock transport can share the queues (see "mixed fleets"
 and only then, in a second round trip, records it in the ``unacked`` hash from which a dead
 worker's messages are restored. A worker killed between the two (a whole container killed, or
 the reply still in the socket while the event loop is busy) loses that message for good: the
-fault run lost 2 of 3,000 events this way. Here one Lua script (``hookline/store/lua/consume.lua``) takes
-the message and records it in the same atomic step, so a message is always on its list or in
-the unacked hash, and kombu's restore sweep brings back whatever a dead worker held.
+fault run lost 2 of 3,000 events this way. Here one Lua script
+(``hookline/store/lua/consume.lua``) takes the message and records it in the same atomic step,
+so a message is always on its list or in the unacked hash, and kombu's restore sweep brings
+back whatever a dead worker held.
 
 **Blocking without taking.** A script cannot block, so when every queue is empty the consumer
 blocks on a doorbell, a one-entry Redis stream that every push adds to (this transport's
@@ -48,7 +49,7 @@ from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.delivery.retries import dead_letter_text
 from hookline.store.connection import load_script, ring
-from hookline.store.keys import DOORBELL_KEY
+from hookline.store.keys import DOORBELL_KEY, breaker_key, schedule_endpoint_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 
 logger = logging.getLogger("hookline")
@@ -58,6 +59,14 @@ _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
 
 #: Most deliveries to held endpoints consume.lua parks in one call (bounds its run time).
 PARK_BATCH = 200
+#: Most endpoints whose breaker and schedule-index keys a consume call passes (the endpoints
+#: of the messages taken most recently). consume.lua takes every key through KEYS; a message
+#: for another endpoint makes it answer 'need', and the next call passes that one's keys too.
+HELD_ENDPOINTS = 64
+
+#: Seconds between kombu 5.6's calls of the visibility-timeout sweep (fixed there; kombu 5.7
+#: takes ``unacked_restore_interval``). See :meth:`QoS.restore_visible`.
+_KOMBU_SWEEP_CALL_PERIOD = 10
 
 
 def _report_parked(entries: list[Any]) -> None:
@@ -96,6 +105,23 @@ class QoS(kombu_redis.QoS):
                            "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
             self._delivered.clear()
 
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int | None = None
+                        ) -> Any:
+        """kombu's visibility-timeout sweep, at the period the transport options ask for.
+
+        kombu 5.7 passes ``interval`` (its ``unacked_restore_throttle``) and calls the sweep
+        every ``unacked_restore_interval`` seconds. kombu 5.6 knows neither option: it calls
+        the sweep every 10 s and scans Redis on every tenth call, so a dead worker's messages
+        would come back only after up to ~100 s plus the visibility timeout. Without
+        ``interval`` this scans on every Nth call, N making the same period from the two
+        options (at least every call, i.e. every 10 s)."""
+        if interval is None:
+            options = self.channel.connection.client.transport_options
+            period = (options.get("unacked_restore_interval", 10)
+                      * options.get("unacked_restore_throttle", 10))
+            interval = max(1, round(period / _KOMBU_SWEEP_CALL_PERIOD))
+        return super().restore_visible(start, num, interval)
+
 
 class Channel(kombu_redis.Channel):
     QoS = QoS
@@ -103,6 +129,8 @@ class Channel(kombu_redis.Channel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         #: Delivery tags consume.lua recorded, until QoS.append sees them.
         self._recorded: set[str] = set()
+        #: Endpoints whose keys consume.lua gets (insertion order: least recently needed first).
+        self._endpoints: dict[str, None] = {}
         #: The doorbell id to block from, after a consume found every queue empty: while it
         #: is set, the command pending on the consuming connection is the blocking XREAD.
         self._wait_from: str | None = None
@@ -156,12 +184,17 @@ class Channel(kombu_redis.Channel):
                     for queue in queues]
             config = settings()
             park_held = config.broker_url == config.redis_url
-            command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys), self.unacked_key,
-                       self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS, WAKE_KEY, *keys,
+            endpoints = list(self._endpoints) if park_held else []
+            endpoint_keys = [key for endpoint in endpoints
+                             for key in (breaker_key(endpoint), schedule_endpoint_key(endpoint))]
+            command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys) + len(endpoint_keys),
+                       self.unacked_key, self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS,
+                       WAKE_KEY, *keys, *endpoint_keys,
                        repr(time()), "1" if park_held else "0", config.schedule_max,
-                       config.schedule_max_per_endpoint, PARK_BATCH]
+                       config.schedule_max_per_endpoint, PARK_BATCH, len(keys), *endpoints]
         self._in_poll = connection
-        self._brpop_sent_at = monotonic()  # type: ignore[assignment]
+        # Read by kombu 5.7's check of the consuming connection; unused by kombu 5.6.
+        self._brpop_sent_at = monotonic()  # type: ignore[assignment, unused-ignore]
         connection.send_command(*command)
 
     def _brpop_read(self, **options: Any) -> Any:
@@ -179,8 +212,12 @@ class Channel(kombu_redis.Channel):
                 self.client.connection.disconnect()
                 raise
         finally:
-            self._in_poll = None  # type: ignore[assignment]
-            self._flush_brpop_reauth()
+            self._in_poll = None  # type: ignore[assignment, unused-ignore]
+            # kombu 5.7 flushes pending streaming re-authentication here, while the consuming
+            # connection is idle; kombu 5.6 has no such step.
+            flush_reauth = getattr(self, "_flush_brpop_reauth", None)
+            if flush_reauth is not None:
+                flush_reauth()
         if waited:
             self._wait_from = None  # woken (or timed out): look at the queues again
             raise kombu_redis.Empty()
@@ -191,6 +228,14 @@ class Channel(kombu_redis.Channel):
             raise kombu_redis.Empty()
         if kind == "more":
             raise kombu_redis.Empty()  # parked a batch of held deliveries: look again at once
+        if kind == "need":
+            # The next message is for an endpoint whose keys were not passed: pass them (the
+            # least recently needed endpoint makes room) and look again at once.
+            self._endpoints.pop(bytes_to_str(reply[1]), None)
+            self._endpoints[bytes_to_str(reply[1])] = None
+            while len(self._endpoints) > HELD_ENDPOINTS:
+                del self._endpoints[next(iter(self._endpoints))]
+            raise kombu_redis.Empty()
         key, item = bytes_to_str(reply[1]), bytes_to_str(reply[2])
         if kind == "bad":
             self._drop_bad_item(key, item)
@@ -238,16 +283,19 @@ class Channel(kombu_redis.Channel):
         if self.global_keyprefix:
             return super()._put(queue, message, **kwargs)
         if publish_batch is not None:
+            # kombu 5.7's batched publish (``create_publish_batch``); kombu 5.6 never passes it.
             super()._put(queue, message, **kwargs)
             publish_batch.add("xadd", DOORBELL_KEY, {"n": "1"}, "*", 1, False)
             return None
         pri = self._get_message_priority(message, reverse=False)
+        # Queue TTLs (x-expires) are kombu 5.7's; kombu 5.6 has no ``_expires``.
+        expires = getattr(self, "_expires", None)
         with self.conn_or_acquire() as client:
             pipe = client.pipeline(transaction=False)
             pipe.lpush(self._q_for_pri(queue, pri), dumps(message))
-            if self._expires and queue in self._expires:
+            if expires and queue in expires:
                 for step in self.priority_steps:
-                    pipe.pexpire(self._q_for_pri(queue, step), self._expires[queue])
+                    pipe.pexpire(self._q_for_pri(queue, step), expires[queue])
             ring(pipe)
             pipe.execute()
         return None

@@ -30,8 +30,15 @@ def broker_settings(config: Settings) -> dict[str, Any]:
         # holding it would stop every restore for kombu's default 300 s. A sweep takes ms.
         "unacked_mutex_expire": 10,
     }
-    values: dict[str, Any] = {"broker_url": config.broker_url,
-                              "broker_transport_options": options}
+    values: dict[str, Any] = {
+        "broker_url": config.broker_url,
+        # Celery lets the CELERY_BROKER_URL environment variable override every app's
+        # broker_url: a host's own would send Hookline's deliveries to the host's broker. The
+        # read and write URLs, which Celery's connections use, are pinned to Hookline's.
+        "broker_read_url": config.broker_url,
+        "broker_write_url": config.broker_url,
+        "broker_transport_options": options,
+    }
     if config.broker_url.startswith(("redis://", "rediss://", "unix://")):
         unsupported = compat.problems(versions_only=True)
         if unsupported:
@@ -47,8 +54,10 @@ def broker_settings(config: Settings) -> dict[str, Any]:
 
 _broker = broker_settings(settings())
 
-# The broker is the same Redis as Hookline's state unless CELERY_BROKER_URL says otherwise.
+# The broker is the same Redis as Hookline's state unless HOOKLINE_BROKER_URL says otherwise.
 broker_url = _broker["broker_url"]
+broker_read_url = _broker["broker_read_url"]
+broker_write_url = _broker["broker_write_url"]
 # Results are not stored: the outcome of a delivery lives in Redis (done marker, dead-letter
 # queue), and a result backend would only add a write per task.
 result_backend = None
@@ -85,8 +94,8 @@ worker_prefetch_multiplier = int(os.environ.get("CELERY_WORKER_PREFETCH_MULTIPLI
 # How long an unacknowledged message stays invisible before Redis hands it to another worker:
 # how late the messages of a worker that died entirely (the whole container, not a pool child)
 # come back. It must exceed the longest a live worker holds a message (one attempt, as
-# prefetch is one per slot); app/config.py checks that. Retries never wait in the broker (they
-# wait in Hookline's retry schedule), so no countdown has to fit inside it.
+# prefetch is one per slot); hookline/core/config.py checks that. Retries never wait in the
+# broker (they wait in Hookline's retry schedule), so no countdown has to fit inside it.
 broker_transport_options = _broker["broker_transport_options"]
 # Retry publishing (a first delivery or a retry) for a few seconds when Redis blips, instead of
 # failing at once; past that the caller gets the error (send_webhook) or the event is

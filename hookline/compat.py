@@ -26,15 +26,23 @@ SUPPORTED = {
     "billiard": ((4, 2, 1), (5,)),
 }
 
-#: Names of kombu's Redis transport and Celery's consumer that Hookline overrides or calls.
+#: Names of kombu's Redis transport and Celery's consumer that Hookline overrides or calls
+#: (or reads), as found on the class in every version of the range. Instance attributes
+#: (``_queue_cycle``, ``connection_errors``, ``hub``...) cannot be checked on the class, and
+#: names only some versions have (kombu 5.7's ``_expires``, ``_flush_brpop_reauth``,
+#: ``_brpop_sent_at``) are used only if present, so neither is listed.
 REQUIRED_NAMES = {
     "kombu.transport.redis:Channel": (
         "_brpop_start", "_brpop_read", "_put", "_do_restore_message", "_create_client",
-        "_q_for_pri", "_get_message_priority", "conn_or_acquire",
+        "_q_for_pri", "_get_message_priority", "conn_or_acquire", "client", "pool", "qos",
+        "QoS", "_in_poll", "active_queues",
         "priority_steps", "unacked_key", "unacked_index_key", "global_keyprefix", "sep",
     ),
-    "kombu.transport.redis:QoS": ("append", "restore_unacked", "_remove_from_indices"),
+    "kombu.transport.redis:QoS": (
+        "append", "restore_unacked", "restore_visible", "_remove_from_indices",
+    ),
     "kombu.transport.virtual:QoS": ("append",),
+    "kombu.transport.redis:Transport": ("Channel", "_deliver"),
     "celery.worker.consumer:Consumer": (
         "on_send_event_buffered", "_flush_events", "on_decode_error", "on_unknown_message",
         "on_unknown_task", "on_invalid_task",

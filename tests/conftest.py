@@ -41,6 +41,8 @@ TEST_ENV = {
     "HOOKLINE_BREAKER_MAX_COOLDOWN": "4",
 }
 os.environ.update(TEST_ENV)
+os.environ.pop("HOOKLINE_BROKER_URL", None)
+# Celery lets CELERY_BROKER_URL override every app's broker: a developer's own must not leak in.
 os.environ.pop("CELERY_BROKER_URL", None)
 os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")
 
@@ -100,7 +102,7 @@ def quiet_redis() -> Iterator[redis.Redis]:
     url = isolated_url(3)
     client = redis.Redis.from_url(url, decode_responses=True)
     client.flushdb()
-    config.configure({"REDIS_URL": url, "CELERY_BROKER_URL": url})
+    config.configure({"REDIS_URL": url, "HOOKLINE_BROKER_URL": url})
     yield client
     config.configure()
     client.flushdb()
@@ -288,3 +290,29 @@ def wait_until(condition, timeout: float = 20.0, interval: float = 0.05):
         if time.monotonic() > deadline:
             pytest.fail(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+# -- the fast tier stays worker-free --------------------------------------------------------------
+
+#: Tiers run by ``make test-fast``: no worker processes there.
+WORKER_FREE_TIERS = ("unit", "store")
+#: Fixtures that start Celery worker processes.
+WORKER_FIXTURES = frozenset({"worker", "start_worker"})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Refuse to run at all when a test under tests/unit or tests/store requests a worker
+    fixture, directly or through another fixture: move it to tests/integration instead."""
+    tiers = [ROOT / "tests" / tier for tier in WORKER_FREE_TIERS]
+    offenders = [
+        f"{item.nodeid} (uses {', '.join(sorted(WORKER_FIXTURES & set(item.fixturenames)))})"
+        for item in items
+        if WORKER_FIXTURES & set(item.fixturenames)
+        and any(Path(item.path).is_relative_to(tier) for tier in tiers)
+    ]
+    if offenders:
+        raise pytest.UsageError(
+            "tests in the worker-free tiers (tests/unit, tests/store) request a worker "
+            "fixture; move them to tests/integration or tests/faults:\n  "
+            + "\n  ".join(offenders)
+        )

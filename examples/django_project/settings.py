@@ -21,7 +21,7 @@ ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
-    "hookline.contrib.django",  # applies HOOKLINE below at start-up
+    "hookline.contrib.django",  # validates the environment's Hookline settings at start-up
     "examples.django_project.orders",
 ]
 MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
@@ -38,12 +38,9 @@ DATABASES = {
     }
 }
 
-# Hookline's settings, named like its environment variables; any left out come from the
-# environment (REDIS_URL, HOOKLINE_MAX_ATTEMPTS, ...).
-HOOKLINE = {
-    # Orders are small: refuse anything over 64 KiB where it is produced.
-    "HOOKLINE_MAX_PAYLOAD_BYTES": 64 * 1024,
-}
+# Hookline's settings are not Django settings: they come from the environment (REDIS_URL,
+# HOOKLINE_MAX_ATTEMPTS, ...), which the worker reads too, so both processes agree. The
+# hookline.contrib.django app validates them at start-up and refuses a settings.HOOKLINE dict.
 
 #: The endpoint that receives this shop's order events (`hookline endpoint add orders ...`).
 ORDERS_WEBHOOK_ENDPOINT = os.environ.get("ORDERS_WEBHOOK_ENDPOINT", "orders")

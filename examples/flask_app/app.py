@@ -43,7 +43,7 @@ class OrderBook:
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """The application factory (``flask --app examples.flask_app.app`` finds it). Hookline's
-    settings come from ``config`` (``REDIS_URL``, ``HOOKLINE_*``), else from the environment."""
+    settings come from the environment (``REDIS_URL``, ``HOOKLINE_*``), as in the worker."""
     app = Flask(__name__)
     app.config["ORDERS_WEBHOOK_ENDPOINT"] = os.environ.get("ORDERS_WEBHOOK_ENDPOINT", "orders")
     app.config.update(config or {})

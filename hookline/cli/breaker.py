@@ -1,4 +1,5 @@
-"""``hookline breaker``: read and reset the circuit breakers of endpoints (``hookline.store.gates``).
+"""``hookline breaker``: read and reset the circuit breakers of endpoints
+(``hookline.store.gates``).
 
 A breaker opens after ``HOOKLINE_BREAKER_THRESHOLD`` consecutive retryable failures, waits its
 cool-down, then lets one probe through (half-open). A Retry-After answer blocks the endpoint

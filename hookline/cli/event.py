@@ -1,4 +1,5 @@
-"""``hookline event show``: the attempts of one event and what became of it (``hookline.store.history``).
+"""``hookline event show``: the attempts of one event and what became of it
+(``hookline.store.history``).
 
 Attempts are kept for ``HOOKLINE_HISTORY_RETENTION`` after an event's latest attempt, the latest
 ``HOOKLINE_HISTORY_ATTEMPTS`` of them. Attempt times are the worker's clock, retry due times

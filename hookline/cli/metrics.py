@@ -1,4 +1,5 @@
-"""``hookline metrics``: serve the gauges Hookline's Redis holds, for Prometheus (``hookline.core.metrics``).
+"""``hookline metrics``: serve the gauges Hookline's Redis holds, for Prometheus
+(``hookline.core.metrics``).
 
 Workers serve the same gauges and their own counters on ``HOOKLINE_METRICS_PORT``; this command
 serves the gauges alone, from one place, whether or not a worker runs.

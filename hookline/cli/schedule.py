@@ -1,4 +1,5 @@
-"""``hookline schedule`` and ``hookline releaser``: the durable retry schedule (``hookline.store.schedule``).
+"""``hookline schedule`` and ``hookline releaser``: the durable retry schedule
+(``hookline.store.schedule``).
 
 Retries wait in Redis, scored by their due time, until a releaser moves them onto the retry
 queue. Due times are Redis server time: "due in 12s" is measured against Redis's clock, not

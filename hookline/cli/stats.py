@@ -31,7 +31,7 @@ from hookline.store.schedule import RetrySchedule
 def queue_depths() -> dict[str, int]:
     """Messages waiting in each Celery queue: the broker's lists, which may be another Redis."""
     config = settings()
-    variable = "REDIS_URL" if config.broker_url == config.redis_url else "CELERY_BROKER_URL"
+    variable = "REDIS_URL" if config.broker_url == config.redis_url else "HOOKLINE_BROKER_URL"
     try:
         broker = redis.Redis.from_url(config.broker_url, socket_connect_timeout=5,
                                       socket_timeout=10)

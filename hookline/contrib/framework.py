@@ -1,7 +1,7 @@
 """What the Django and Flask integrations share: one configuration for every process, and an
 event validated where it is produced but enqueued later.
 
-Hookline's settings come from the environment only (``REDIS_URL``, ``CELERY_BROKER_URL``,
+Hookline's settings come from the environment only (``REDIS_URL``, ``HOOKLINE_BROKER_URL``,
 ``HOOKLINE_*``), because the worker must mean the same by them as the web process, and the
 worker never reads a Django settings module or a Flask config. A framework config that tries to
 set them is refused with the reason, instead of taking effect in one process only.
@@ -36,8 +36,8 @@ def check_environment(framework_keys: Iterable[Any], *, source: str) -> Settings
         raise ConfigError(f"environment: {exc}") from None
 
 
-#: Names only Hookline uses (``REDIS_URL`` and ``CELERY_BROKER_URL`` are common to other
-#: libraries' configs and are not refused there).
+#: Names only Hookline uses (``REDIS_URL`` is common to other libraries' configs, a cache's
+#: for one, and is not refused there).
 _OWN_NAMES = frozenset(name for name in setting_names() if name.startswith("HOOKLINE_")) | {
     "CELERY_VISIBILITY_TIMEOUT"}
 

@@ -205,7 +205,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
     settings = Settings(
         redis_url=redis_url,
-        broker_url=env.get("CELERY_BROKER_URL") or redis_url,
+        broker_url=env.get("HOOKLINE_BROKER_URL") or redis_url,
         visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0),
         retry_policy=_retry_policy(env),
         retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0),

@@ -1,16 +1,11 @@
-"""Prometheus metrics: counters and histograms the delivery engine moves, and gauges read from
-Redis when scraped.
+"""Prometheus metric definitions: the counters and histograms the delivery engine moves.
 
-The engine's metrics move only once the outcome they count is recorded in Redis (after settle,
-the dead-letter write, the parked retry). The gauges (queue depths, scheduled retries, dead
-letters, breakers) describe state every worker shares, so :class:`RedisStateCollector` reads
-them at scrape time instead of each worker keeping its own copy.
-
-Every worker serves both on ``HOOKLINE_METRICS_PORT`` (:func:`start_server`, from
-``app/celery.py``); ``hookline metrics`` serves the gauges alone. With the prefork pool the
-deliveries happen in child processes: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory
-of the worker's own and the server adds up every child's values (prometheus-client's
-multiprocess mode). With the default threads pool it is not needed.
+They move only once the outcome they count is recorded in Redis (after settle, the dead-letter
+write, the parked retry). The gauges read from Redis at scrape time, and the server, are in
+``hookline/gauges.py``. With the prefork pool the deliveries happen in child processes: set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory of the worker's own and the server adds up
+every child's values (prometheus-client's multiprocess mode); the default threads pool needs
+none of that.
 """
 
 from __future__ import annotations

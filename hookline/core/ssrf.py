@@ -4,8 +4,8 @@ Customers type endpoint URLs; a sender that follows them anywhere is a way into 
 network (cloud metadata at 169.254.169.254, admin ports on loopback, the office LAN). Only
 globally routable unicast addresses pass, unless an operator allows a network explicitly
 (``HOOKLINE_ALLOWED_NETWORKS``). The host is resolved once per attempt and the connection goes
-to the address that was checked (see :mod:`hookline.delivery.sender`), so DNS rebinding cannot slip a
-private address in between the check and the connect.
+to the address that was checked (see :mod:`hookline.delivery.sender`), so DNS rebinding cannot
+slip a private address in between the check and the connect.
 
 The rules are pure functions; resolution is injectable for tests.
 """

@@ -115,7 +115,8 @@ class DeliveryEngine:
 
     :param sender: sends one event to one endpoint (default: the pooled HTTP sender).
     :param clock: Unix seconds now (default ``time.time``).
-    :param rng: the random source of deferral jitter (default the ``random`` module's).
+    :param rng: the random source of retry and deferral jitter (default: a new
+        ``random.Random``).
     :param on_gone: called with an endpoint id after its first 410, to dead-letter the
         endpoint's scheduled retries (default: ``retries.dead_letter_scheduled``).
     """
@@ -246,7 +247,8 @@ class DeliveryEngine:
         retry_after: float | None,
     ) -> Finished | RetryDue:
         policy = endpoint.policy()
-        countdown = retry_countdown(policy, request.attempts, retry_after=retry_after)
+        countdown = retry_countdown(policy, request.attempts, retry_after=retry_after,
+                                    rand=self._rng.random)
         assert request.first_attempt_at is not None
         due = ended + countdown
         if request.attempts >= policy.max_attempts:

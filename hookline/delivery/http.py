@@ -1,8 +1,8 @@
-"""HTTP plumbing under :mod:`hookline.delivery.sender`: connect only to the address the SSRF guard checked,
-and end any attempt that outlives its total time budget.
+"""HTTP plumbing under :mod:`hookline.delivery.sender`: connect only to the address the SSRF
+guard checked, and end any attempt that outlives its total time budget.
 
-* :class:`PinnedPools` resolves the host once per attempt, checks every
-  address with :func:`hookline.core.ssrf.pin_address` and makes urllib3 connect to that address, with TLS
+* :class:`PinnedPools` resolves the host once per attempt, checks every address with
+  :func:`hookline.core.ssrf.pin_address` and makes urllib3 connect to that address, with TLS
   SNI and certificate checks still against the host name. No second lookup, no rebinding.
 * :class:`AttemptDeadline` shuts the socket of an attempt that passes its deadline, so a
   receiver that trickles its headers or body a byte at a time cannot hold a worker thread

@@ -5,16 +5,23 @@ sits one step above them; the stores never read each other."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from hookline.store import connection as store
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.history import AttemptRecord
-from hookline.store.keys import DLQ_KEY, DUE_KEY, META_KEY, done_key, history_key, lease_key
-
-_EVENT_KEY = re.compile(r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:history|done|lease):(?P<event>.+)$")
+from hookline.store.keys import (
+    DLQ_KEY,
+    DUE_KEY,
+    EVENT_KEY,
+    META_KEY,
+    done_key,
+    event_keys_pattern,
+    glob_escaped,
+    history_key,
+    lease_key,
+)
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,6 @@ class EventDelivery:
         }
 
 
-def _glob_escaped(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
 class EventView:
     """Reads what became of an event at each endpoint it reached."""
 
@@ -59,12 +62,12 @@ class EventView:
         """Endpoints with a trace of ``event_id``: history, done marker, lease, dead letter or
         scheduled retry. Scans the keyspace: an operator's command, not a hot path."""
         found: set[str] = set()
-        pattern = f"hookline:{{*}}:*:{_glob_escaped(event_id)}"
+        pattern = event_keys_pattern(event_id)
         for key in self.redis.scan_iter(match=pattern, count=1000):
-            match = _EVENT_KEY.match(key)
+            match = EVENT_KEY.match(key)
             if match and match["event"] == event_id:
                 found.add(match["endpoint"])
-        entry_pattern = f"*/{_glob_escaped(event_id)}"
+        entry_pattern = f"*/{glob_escaped(event_id)}"
         for hash_key in (DLQ_KEY, META_KEY):
             for entry_id, _ in self.redis.hscan_iter(hash_key, match=entry_pattern, count=1000):
                 endpoint_id, _, event = entry_id.partition("/")

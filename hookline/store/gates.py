@@ -5,7 +5,8 @@ marker); a removed or disabled endpoint gets nothing; an event another worker is
 (the in-flight lease); an open circuit breaker, a half-open one whose single probe is out, a
 Retry-After block or a spent rate budget defer the event (not an attempt: it consumes no retry).
 Settle records the outcome: done marker, breaker failure count and state, Retry-After block,
-and the attempt in the event's history and the endpoint's recent record (``hookline.store.history``).
+and the attempt in the event's history and the endpoint's recent record
+(``hookline.store.history``).
 
 Each is one Redis round trip on Redis server time, and every key it touches carries the
 endpoint's hash tag, so it runs on one Redis Cluster slot. Workers share one view of each

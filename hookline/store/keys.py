@@ -8,6 +8,8 @@ through ``KEYS``, built here.
 
 from __future__ import annotations
 
+import re
+
 #: The set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
 #: The broker's doorbell: a one-entry stream every push onto a queue adds to, so idle
@@ -51,6 +53,20 @@ def history_key(endpoint_id: str, event_id: str) -> str:
 def recent_key(endpoint_id: str) -> str:
     """An endpoint's recent outcomes and last error (a hash)."""
     return f"hookline:{{{endpoint_id}}}:recent"
+
+
+#: An event's per-endpoint keys (history, done marker, lease), parsed back into their parts.
+EVENT_KEY = re.compile(r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:history|done|lease):(?P<event>.+)$")
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` with SCAN/KEYS glob characters escaped."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def event_keys_pattern(event_id: str) -> str:
+    """A SCAN pattern matching every endpoint's keys of one event (an operator's command)."""
+    return f"hookline:{{*}}:*:{glob_escaped(event_id)}"
 
 
 def endpoint_owned_keys(endpoint_id: str) -> list[str]:

@@ -36,10 +36,27 @@ from hookline.store.keys import (
     RELEASING_KEY,
     SCHEDULE_KEYS,
     WAKE_KEY,
+    schedule_endpoint_key,
 )
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
 CLAIM_LEASE = 30.0
+#: After losing every retry it read to another releaser, release_due reads the next batch
+#: down the due set, up to this many batches deep, then from the head again.
+STALE_READS = 5
+#: Retries read per page by ``scheduled()``.
+PAGE = 500
+
+
+def retry_endpoint(retry_id: str) -> str:
+    """The endpoint id of a retry id (``<endpoint id>/<event id>``; an endpoint id has no
+    ``/``)."""
+    return retry_id.split("/", 1)[0]
+
+
+def index_key(retry_id: str) -> str:
+    """The per-endpoint index set a retry id is kept in (``keys.schedule_endpoint_key``)."""
+    return schedule_endpoint_key(retry_endpoint(retry_id))
 
 
 class ScheduleFull(Exception):
@@ -141,7 +158,7 @@ class RetrySchedule:
         meta = json.dumps({"endpoint_id": endpoint_id, "event_id": event_id,
                            "last_status": last_status, "last_error": last_error})
         reply = self._park(
-            keys=[*SCHEDULE_KEYS, WAKE_KEY],
+            keys=[*SCHEDULE_KEYS, WAKE_KEY, schedule_endpoint_key(endpoint_id)],
             args=[f"{endpoint_id}/{event_id}", max(0, round(countdown * 1000)), message, meta,
                   endpoint_id, self.max_total, self.max_per_endpoint],
         )
@@ -162,8 +179,25 @@ class RetrySchedule:
         """
         if broker is None:
             limit = queue_limit or settings().retry_queue_limit
-            reply = self._release(keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY],
-                                  args=[batch, limit, "push"])
+            # The script takes every key through KEYS, so the candidates' endpoint index keys
+            # are read first: the earliest ``batch`` retries (the script releases those still
+            # there and due, and reports the ones another releaser took meanwhile).
+            # Losing every candidate to another releaser means that one made progress, so
+            # reading again always ends; after a loss the next read starts further down the
+            # due set, so two releasers in step take different retries instead of the same.
+            offset = 0
+            while True:
+                candidates = [bytes_to_str(c) for c in
+                              self.redis.zrange(DUE_KEY, offset, offset + batch - 1)]
+                if not candidates and offset:
+                    offset = 0
+                    continue
+                reply = self._release(
+                    keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY, *map(index_key, candidates)],
+                    args=[batch, limit, "push", *candidates])
+                if int(reply[0]) or not int(reply[3]):
+                    break  # released some, or nothing taken by another releaser: done
+                offset = (offset + batch) % (STALE_READS * batch)
         else:
             reply = self._release(keys=[*SCHEDULE_KEYS, RELEASING_KEY],
                                   args=[batch, round(CLAIM_LEASE * 1000), "claim"])
@@ -175,7 +209,7 @@ class RetrySchedule:
                         pipe.lpush(queue, message)
                 ring(pipe)
                 pipe.execute()
-                self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY], args=ids)
+                self.unpark([bytes_to_str(retry_id) for retry_id in ids])
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
         return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
 
@@ -202,26 +236,76 @@ class RetrySchedule:
         )
 
     def scheduled(self, endpoint_id: str | None = None) -> Iterator[ScheduledRetry]:
-        """Scheduled retries (of one endpoint), in no particular order."""
-        for retry_id, meta_text in self.redis.hscan_iter(META_KEY, count=500):
-            meta = json.loads(meta_text)
-            if endpoint_id is not None and meta["endpoint_id"] != endpoint_id:
-                continue
-            message = self.redis.hget(MESSAGES_KEY, retry_id)
-            due = self.redis.zscore(DUE_KEY, retry_id)
-            if message is None:
-                continue
-            args, kwargs = decode_message(message)
-            yield ScheduledRetry(
-                id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
-                event_type=args[1] if len(args) > 1 else "",
-                payload=args[2] if len(args) > 2 else None,
-                due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
-                first_attempt_at=kwargs.get("first_attempt_at"),
-                last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
-            )
+        """Scheduled retries (of one endpoint), in no particular order.
+
+        One endpoint's are read from its index set (``keys.schedule_endpoint_key``), not by a
+        scan of the whole schedule; a page of ids at a time, each page's meta, messages and due
+        times in one round trip."""
+        if endpoint_id is None:
+            pages = _pages(retry_id for retry_id, _ in
+                           self.redis.hscan_iter(META_KEY, count=PAGE))
+        else:
+            self._complete_index(endpoint_id)
+            pages = _pages(self.redis.sscan_iter(schedule_endpoint_key(endpoint_id),
+                                                 count=PAGE))
+        for ids in pages:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.hmget(META_KEY, ids)
+            pipe.hmget(MESSAGES_KEY, ids)
+            pipe.zmscore(DUE_KEY, ids)
+            metas, messages, dues = pipe.execute()
+            for retry_id, meta_text, message, due in zip(ids, metas, messages, dues, strict=True):
+                if meta_text is None or message is None:
+                    continue  # left the schedule since the id was read
+                meta = json.loads(meta_text)
+                args, kwargs = decode_message(message)
+                yield ScheduledRetry(
+                    id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
+                    event_type=args[1] if len(args) > 1 else "",
+                    payload=args[2] if len(args) > 2 else None,
+                    due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
+                    first_attempt_at=kwargs.get("first_attempt_at"),
+                    last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
+                )
+
+    def _complete_index(self, endpoint_id: str) -> None:
+        """Retries parked before the per-endpoint index existed are counted but not indexed:
+        when the index holds fewer ids than the endpoint's count, add the endpoint's ids found
+        by one scan of the schedule (once; after that the index is complete)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(COUNTS_KEY, endpoint_id)
+        pipe.scard(schedule_endpoint_key(endpoint_id))
+        count, indexed = pipe.execute()
+        if int(count or 0) <= int(indexed):
+            return
+        prefix = f"{endpoint_id}/"
+        ids = [bytes_to_str(retry_id) for retry_id, _ in
+               self.redis.hscan_iter(META_KEY, match=f"{_glob_escape(prefix)}*", count=PAGE)]
+        for start in range(0, len(ids), PAGE):
+            self.redis.sadd(schedule_endpoint_key(endpoint_id), *ids[start:start + PAGE])
 
     def unpark(self, retry_ids: list[str]) -> int:
         if not retry_ids:
             return 0
-        return int(self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY], args=retry_ids))
+        return int(self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY, *map(index_key, retry_ids)],
+                                args=retry_ids))
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
+def _pages(ids: Iterator[str]) -> Iterator[list[str]]:
+    """``ids`` in lists of at most ``PAGE``, each id once (a scan may return one twice)."""
+    seen: set[str] = set()
+    page: list[str] = []
+    for retry_id in ids:
+        if retry_id in seen:
+            continue
+        seen.add(retry_id)
+        page.append(retry_id)
+        if len(page) >= PAGE:
+            yield page
+            page = []
+    if page:
+        yield page

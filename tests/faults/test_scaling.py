@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from tests.test_shared_gates import busiest_window
 
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
 from tests.conftest import ROOT, TEST_ENV, WorkerProcess, wait_until
+from tests.support.windows import busiest_window
 
 EVENTS = 200
 RATE = 20  # per second
@@ -65,8 +65,9 @@ def producer(isolated_redis) -> Iterator[Celery]:
     """A Celery app with Hookline's settings publishing to the isolated database."""
     url, _ = isolated_redis
     app = Celery("scaling-producer", set_as_current=False)
-    app.config_from_object("celeryconfig")
-    app.conf.broker_url = url
+    app.config_from_object("hookline.celeryconfig")
+    # Hookline pins the read and write URLs too (a host's CELERY_BROKER_URL must not move it).
+    app.conf.update(broker_url=url, broker_read_url=url, broker_write_url=url)
     yield app
     app.close()
 

@@ -20,14 +20,12 @@ from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import hookline.cli
 import hookline.cli.stats
 import hookline.store.gates
-from hookline.cli import main
 from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
@@ -35,30 +33,9 @@ from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import ROOT, Publications, wait_until
+from tests.support.cli import fails, json_out, succeeds
 
 SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{40,}")
-
-
-def run(*args: str, input: str | None = None) -> Result:
-    return CliRunner().invoke(main, list(args), input=input)
-
-
-def succeeds(*args: str, input: str | None = None) -> Result:
-    result = run(*args, input=input)
-    assert result.exit_code == 0, result.output
-    return result
-
-
-def fails(*args: str, code: int = 1, input: str | None = None) -> Result:
-    """The command ends with a one-line error (exit ``code``), not an unhandled exception."""
-    result = run(*args, input=input)
-    assert result.exit_code == code, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    return result
-
-
-def json_out(*args: str) -> Any:
-    return json.loads(succeeds(*args, "--json").stdout)
 
 
 def new_secret(size: int = 32) -> str:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import redis
-from tests.test_cli import fails, json_out, succeeds
 
 import hookline.cli.dlq
 import hookline.store.deadletter
@@ -30,6 +29,7 @@ from hookline.store.endpoints import Endpoint, EndpointRegistry
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY, RetrySchedule, build_message
 from hookline.worker.celery import app as celery_app
 from tests.conftest import Publications, wait_until
+from tests.support.cli import fails, json_out, succeeds
 
 
 def ids_of(entries: list[dict[str, Any]]) -> list[str]:
@@ -432,6 +432,8 @@ def test_dlq_trim_older_than_a_shorter_age_asks_first(retention: float) -> None:
 def test_dlq_trim_with_retention_zero_needs_an_age(monkeypatch: pytest.MonkeyPatch) -> None:
     forever = dataclasses.replace(settings(), dlq_retention=0.0)
     monkeypatch.setattr(hookline.cli.dlq, "settings", lambda: forever)
+    # The queue's own trim on add reads the same setting.
+    monkeypatch.setattr(hookline.store.deadletter, "settings", lambda: forever)
     DeadLetterQueue().add(dead_letter("shop", "kept", age=400 * 86400))
     assert "keeps dead letters forever" in fails("dlq", "trim", code=2).stderr
     assert DeadLetterQueue().count() == 1

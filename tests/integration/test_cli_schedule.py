@@ -21,7 +21,6 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from tests.test_cli import fails, json_out, succeeds
 
 import hookline.cli.schedule
 import hookline.worker.celery
@@ -32,6 +31,7 @@ from hookline.delivery.releaser import Releaser
 from hookline.store import connection as store
 from hookline.store.schedule import RetrySchedule, ScheduleStats, build_message
 from tests.conftest import ROOT, wait_until
+from tests.support.cli import fails, json_out, succeeds
 
 
 class Parked:
@@ -249,7 +249,7 @@ def start_releaser(log: Path, redis_url: str) -> subprocess.Popen[bytes]:
             [sys.executable, "-c", "from hookline.cli import main; main(prog_name='hookline')",
              "releaser"],
             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "REDIS_URL": redis_url,
-                           "CELERY_BROKER_URL": redis_url}, stdout=out,
+                           "HOOKLINE_BROKER_URL": redis_url}, stdout=out,
             stderr=subprocess.STDOUT,
         )
 

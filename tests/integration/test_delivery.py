@@ -18,31 +18,15 @@ from examples.receiver import Reply, always, fail_first
 from hookline import deliver, send_webhook
 from hookline.delivery.replay import replay_entries
 from hookline.delivery.retries import disable_endpoint, remove_endpoint
-from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
+from hookline.store.deadletter import DeadLetterFilter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
+from tests.support.endpoints import dead_letter, new_endpoint, wait_delivered
 
 pytestmark = pytest.mark.usefixtures("worker")
 
 INITIAL_BACKOFF, JITTER = 0.2, 0.2
-
-
-def new_endpoint(receiver, behaviour, *, path: str | None = None, **options):
-    """Register an endpoint whose URL is a receiver route with ``behaviour``."""
-    endpoint_id = f"ep-{uuid.uuid4().hex[:10]}"
-    url = receiver.route(path or f"/{endpoint_id}", behaviour)
-    return EndpointRegistry().add(endpoint_id, url, **options)
-
-
-def dead_letter(endpoint_id: str, event_id: str, timeout: float = 20.0) -> DeadLetter:
-    return wait_until(lambda: DeadLetterQueue().get(f"{endpoint_id}/{event_id}"), timeout)
-
-
-def wait_delivered(endpoint_id: str, event_id: str, timeout: float = 20.0) -> None:
-    """Wait until Hookline recorded the delivery (its done marker), not just the request."""
-    gate = Gate()
-    wait_until(lambda: gate.is_delivered(endpoint_id, event_id), timeout)
 
 
 def test_delivers_a_signed_standard_webhook(receiver):

@@ -1,6 +1,6 @@
 """Flower's view: a real worker's task events, read with Celery's own EventReceiver (what
 Flower runs), arrive for a delivery even though the worker publishes them in batches
-(``task.multi`` messages, app/consumer.py), and show no payload or secret."""
+(``task.multi`` messages, hookline/worker/consumer.py), and show no payload or secret."""
 
 from __future__ import annotations
 

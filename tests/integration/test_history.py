@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from tests.test_delivery import dead_letter, new_endpoint, wait_delivered
 
 import hookline.core.config
 from examples.receiver import Reply, always, fail_first
@@ -30,6 +29,7 @@ from hookline.store.events import EventView
 from hookline.store.gates import Gate
 from hookline.store.history import AttemptHistory, AttemptRecord, excerpt
 from tests.conftest import wait_until
+from tests.support.endpoints import dead_letter, new_endpoint, wait_delivered
 
 
 def run(*args: str) -> Result:

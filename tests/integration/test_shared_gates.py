@@ -23,6 +23,7 @@ from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import ROOT, wait_until
+from tests.support.windows import busiest_window
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -31,17 +32,6 @@ def new_endpoint(receiver, behaviour, **options):
     endpoint_id = f"ep-{uuid.uuid4().hex[:10]}"
     return EndpointRegistry().add(endpoint_id, receiver.route(f"/{endpoint_id}", behaviour),
                                   **options)
-
-
-def busiest_window(times: list[float], width: float = 1.0) -> int:
-    """Most requests in any window [t, t + width) starting at a request."""
-    times = sorted(times)
-    most, start = 0, 0
-    for end, at in enumerate(times):
-        while at - times[start] >= width:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Hookline's broker transport (app/broker.py) on a real Redis: a message is taken off its queue
-and recorded as unacknowledged in one atomic step, so a consumer that dies at any instant
+"""Hookline's broker transport (hookline/broker.py) on a real Redis: a message is taken off its
+queue and recorded as unacknowledged in one atomic step, so a consumer that dies at any instant
 loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-lettered."""
 
 from __future__ import annotations

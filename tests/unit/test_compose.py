@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shlex
@@ -174,6 +175,33 @@ def test_web_runs_the_flask_example_on_port_8000(services) -> None:
     assert env["ORDERS_WEBHOOK_ENDPOINT"]
 
 
+def test_every_hookline_process_reads_the_same_configuration(services) -> None:
+    """One configuration, the environment: the worker, Flower and the web app see the same
+    Redis and broker, and agree on every Hookline variable more than one of them sets."""
+    readers = {name: environment(services[name]) for name in ("worker", "flower", "web")}
+    for variable in ("REDIS_URL", "HOOKLINE_BROKER_URL", "CELERY_VISIBILITY_TIMEOUT"):
+        assert len({env.get(variable) for env in readers.values()}) == 1, variable
+    shared = {variable for env in readers.values() for variable in env
+              if variable.startswith("HOOKLINE_")}
+    for variable in shared:
+        values = {env[variable] for env in readers.values() if variable in env}
+        assert len(values) == 1, f"{variable} differs between services: {values}"
+
+
+def test_no_hookline_settings_outside_the_environment(services) -> None:
+    """The web app takes no Hookline setting from its own config: no framework settings module
+    or config file named in the command, no HOOKLINE dict smuggled through a variable."""
+    for name in HOOKLINE_SERVICES:
+        service = services[name]
+        command = " ".join(argv(service.get("command", [])))
+        assert "HOOKLINE" not in command, name
+        env = environment(service)
+        assert "HOOKLINE" not in env, name
+        assert "DJANGO_SETTINGS_MODULE" not in env or name != "worker", (
+            "the worker never reads Django settings"
+        )
+
+
 def test_web_healthcheck_asks_a_route_the_app_has(services) -> None:
     from examples.flask_app.app import create_app
     from hookline.core import config
@@ -187,16 +215,38 @@ def test_web_healthcheck_asks_a_route_the_app_has(services) -> None:
     try:
         routes = {rule.rule: rule.methods for rule in create_app().url_map.iter_rules()}
     finally:
-        config._configured = saved  # create_app applied its settings to this process
+        config._configured = saved  # init_app only validates; restored in case that changes
     assert "GET" in routes[url.group(2)]
     assert "POST" in routes["/orders"]
     assert duration(health["timeout"]) < duration(health["interval"])
 
 
-def test_image_installs_flask_for_web() -> None:
+def _package_install() -> str:
+    """The Dockerfile's ``RUN pip install ... .[extras]`` line: the distribution itself."""
     install = [line for line in DOCKERFILE.read_text().splitlines()
-               if line.startswith("RUN pip install --no-cache-dir .")]
-    assert install and re.search(r"[\"' ]flask\b", install[0], re.I), install
+               if re.match(r"RUN pip install --no-cache-dir [\"']?\.(\[|[\"' ]|$)", line)]
+    assert len(install) == 1, install
+    return install[0]
+
+
+def test_image_installs_the_extras_its_services_need() -> None:
+    """flask for ``web`` and flower for ``flower`` are extras now, not dependencies."""
+    extras = re.search(r"\.\[([\w,\s-]+)\]", _package_install())
+    assert extras, _package_install()
+    assert {"flask", "flower"} <= {name.strip() for name in extras.group(1).split(",")}
+
+
+def _pyproject() -> dict[str, Any]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_image_extras_exist_in_pyproject() -> None:
+    extras = re.search(r"\.\[([\w,\s-]+)\]", _package_install())
+    assert extras
+    declared = _pyproject()["project"]["optional-dependencies"]
+    assert {name.strip() for name in extras.group(1).split(",")} <= set(declared)
 
 
 def test_something_releases_scheduled_retries(services) -> None:
@@ -233,17 +283,42 @@ def _modules(command: list[str]) -> list[str]:
     return modules
 
 
-def _copied_into_image() -> set[str]:
-    sources: set[str] = set()
+def _copies() -> list[tuple[str, set[str]]]:
+    """(working directory, sources) of each COPY/ADD from the build context, in order."""
+    workdir, found = "/", []
     for line in DOCKERFILE.read_text().splitlines():
         parts = line.split()
+        if parts and parts[0].upper() == "WORKDIR":
+            workdir = parts[1].rstrip("/") or "/"
         if parts and parts[0].upper() in ("COPY", "ADD") and not parts[1].startswith("--from"):
-            sources.update(p.rstrip("/") for p in parts[1:-1] if not p.startswith("--"))
-    return sources
+            found.append((workdir, {p.rstrip("/") for p in parts[1:-1]
+                                    if not p.startswith("--")}))
+    return found
+
+
+def _copied_into_image() -> set[str]:
+    return {source for _, sources in _copies() for source in sources}
+
+
+def _final_workdir() -> str:
+    workdirs = re.findall(r"^WORKDIR\s+(\S+)", DOCKERFILE.read_text(), re.M)
+    assert workdirs, "the Dockerfile sets no WORKDIR"
+    return workdirs[-1].rstrip("/")
+
+
+def _copied_into_workdir() -> set[str]:
+    """What sits in the directory the image's commands run in (``celery -A``, ``python -m`` and
+    ``flask --app`` import from there)."""
+    final = _final_workdir()
+    return {source for workdir, sources in _copies() if workdir == final for source in sources}
+
+
+def _installed_packages() -> list[str]:
+    return _pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]
 
 
 def test_every_command_module_exists_and_is_in_the_image(services) -> None:
-    copied = _copied_into_image()
+    copied, beside = _copied_into_image(), _copied_into_workdir()
     for name, service in services.items():
         commands = [argv(service["command"])] if "command" in service else []
         test = (service.get("healthcheck") or {}).get("test")
@@ -255,8 +330,34 @@ def test_every_command_module_exists_and_is_in_the_image(services) -> None:
                 assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), (
                     f"{name}: {module} is not in the repository"
                 )
-                if "build" in service:
-                    assert module.split(".")[0] in copied, f"{name}: {module} is not in the image"
+                if "build" not in service:
+                    continue
+                top = module.split(".")[0]
+                if any(fnmatch.fnmatch(top, pattern) for pattern in _installed_packages()):
+                    # Installed from the distribution: its sources are copied for the build.
+                    assert top in copied, f"{name}: {module} is not built into the image"
+                else:
+                    # Not in the wheel (app, examples): it must sit in the working directory.
+                    assert top in beside, f"{name}: {module} is not in {_final_workdir()}"
+
+
+def test_the_wheel_ships_hookline_only() -> None:
+    """A host project has its own ``app``, ``tasks`` and ``celeryconfig``: the distribution
+    must not install modules of those names over them."""
+    assert _installed_packages() == ["hookline*"]
+
+
+def test_checkout_entry_points_sit_beside_the_installed_package() -> None:
+    """``celery -A app worker`` runs in the image although the wheel does not ship ``app``: the
+    checkout's entry points are copied into the working directory, the package is installed."""
+    beside = _copied_into_workdir()
+    assert {"app", "tasks", "celeryconfig.py"} <= beside, beside
+    assert "hookline" not in beside, (
+        "a hookline/ source tree in the working directory would shadow the installed package"
+    )
+    assert "hookline" in _copied_into_image(), "the package's sources are needed to build it"
+    for needed in ("pyproject.toml", "README.md", "LICENSE"):  # readme, license-files
+        assert needed in _copied_into_image(), needed
 
 
 @pytest.mark.parametrize("source", sorted(_copied_into_image()))
@@ -270,7 +371,7 @@ def test_dockerfile_runs_unprivileged() -> None:
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     user = re.findall(r"^USER\s+(\S+)", text, re.M)
     assert user and user[-1].split(":")[0] not in ("root", "0")
-    assert "pip install --no-cache-dir ." in text
+    assert _package_install()
 
 
 def test_dockerignore_keeps_local_state_out() -> None:

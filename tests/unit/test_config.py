@@ -15,7 +15,7 @@ def test_defaults():
 def test_broker_defaults_to_redis_url_and_can_differ():
     assert load_settings({"REDIS_URL": "redis://r:1/2"}).broker_url == "redis://r:1/2"
     assert load_settings(
-        {"REDIS_URL": "redis://r:1/2", "CELERY_BROKER_URL": "redis://b:1/0"}
+        {"REDIS_URL": "redis://r:1/2", "HOOKLINE_BROKER_URL": "redis://b:1/0"}
     ).broker_url == "redis://b:1/0"
 
 

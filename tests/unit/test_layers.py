@@ -1,5 +1,7 @@
 """The package's shape, computed from the source: no import cycles, no import upward through
-the layers, pure modules that load no Celery, and a wheel that ships only ``hookline``."""
+the layers, stores that never read each other, only Celery's include loading the task module,
+and pure modules that load no Celery. (What the wheel ships: tests/unit/test_compose.py and
+tests/integration/test_host_projects.py.)"""
 
 from __future__ import annotations
 

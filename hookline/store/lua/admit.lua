@@ -28,6 +28,8 @@
 --                                        lease taken; transition is 'half_open' when this
 --                                        attempt moved the breaker there, probe is '1' when it
 --                                        is the half-open probe; the endpoint hash follows
+--#include piece_clock.lua
+--#include piece_held.lua
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {'duplicate'}
 end
@@ -49,34 +51,15 @@ if holder_ttl > 0 then
   return {'busy', holder_ttl}
 end
 
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local now = redis_now_ms()
 
--- Circuit breaker: open -> wait for the cool-down; then one probe at a time (half-open).
-local breaker = redis.call('HMGET', KEYS[5], 'state', 'open_until', 'probe_until', 'blocked_until')
-local state = breaker[1] or 'closed'
-local probe = false
-local transition = ''
-if state == 'open' then
-  local open_until = tonumber(breaker[2]) or 0
-  if now < open_until then
-    return {'deferred', 'breaker_open', open_until - now, 0}
-  end
-  probe = true
-  transition = 'half_open'
-elseif state == 'half_open' then
-  local probe_until = tonumber(breaker[3]) or 0
-  if probe_until > now then
-    return {'deferred', 'breaker_probe', probe_until - now, 0}
-  end
-  probe = true  -- the previous prober died: its lease ran out
+-- Circuit breaker (open -> wait for the cool-down; then one probe at a time, half-open) and a
+-- Retry-After block: the rule consume.lua applies too (piece_held.lua).
+local why, wait, probe, state = endpoint_hold(KEYS[5], now)
+if why then
+  return {'deferred', why, wait, 0}
 end
-
--- Retry-After from an earlier response holds back the whole endpoint.
-local blocked_until = tonumber(breaker[4]) or 0
-if blocked_until > now then
-  return {'deferred', 'blocked', blocked_until - now, 0}
-end
+local transition = (probe and state == 'open') and 'half_open' or ''
 
 -- Rate limit: GCRA on the theoretical arrival time (tat), strict for every event, so a
 -- window never holds more than the rate plus the burst. An event over budget books the next

@@ -1,0 +1,305 @@
+"""The ``hookline`` command: endpoints, test events, dead letters, breakers, the retry schedule,
+the releaser and statistics.
+
+Every listing and ``show`` takes ``--json``. A signing secret is printed once, when
+``endpoint add`` generates it, and masked everywhere else. Bad input and an unreachable Redis
+end in a one-line ``Error: ...`` and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+import redis
+from kombu.exceptions import OperationalError
+
+from hookline import __version__
+from hookline.cli.breaker import breaker, breaker_json, describe
+from hookline.cli.dlq import dlq
+from hookline.cli.event import describe_last_error, describe_recent, event
+from hookline.cli.metrics import metrics_command
+from hookline.cli.output import (
+    echo_fields,
+    echo_json,
+    echo_table,
+    format_time,
+    redacted,
+    redis_failure,
+    shorten,
+)
+from hookline.cli.schedule import releaser, schedule
+from hookline.cli.secret import rotate_secret
+from hookline.cli.stats import stats
+from hookline.core.config import ConfigError, settings
+from hookline.core.policy import PolicyError
+from hookline.delivery.retries import disable_endpoint, remove_endpoint
+from hookline.enqueue import WebhookInputError, send_webhook
+from hookline.store.endpoints import Endpoint, EndpointError, EndpointRegistry
+from hookline.store.gates import Gate
+from hookline.store.history import AttemptHistory
+
+#: Errors whose message already says what to fix: shown as is.
+INPUT_ERRORS = (EndpointError, WebhookInputError, ConfigError, PolicyError)
+DEFAULT_TEST_PAYLOAD = '{"message": "test event from hookline"}'
+
+
+class HooklineGroup(click.Group):
+    """Turns Hookline's input errors and an unreachable Redis into one-line errors."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except INPUT_ERRORS as exc:
+            raise click.ClickException(str(exc)) from None
+        except redis.RedisError as exc:
+            raise redis_failure(exc, settings().redis_url, "REDIS_URL") from None
+        except OperationalError as exc:  # Celery could not publish to its broker
+            raise click.ClickException(
+                f"the Celery broker at {redacted(settings().broker_url)} (HOOKLINE_BROKER_URL, "
+                f"default REDIS_URL) does not answer: {exc}"
+            ) from None
+
+
+class JsonParam(click.ParamType):
+    """A JSON value given on the command line; ``object_only`` demands a JSON object."""
+
+    name = "JSON"
+
+    def __init__(self, *, object_only: bool = False) -> None:
+        self.object_only = object_only
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            self.fail(f"{value!r} is not valid JSON: {exc}", param, ctx)
+        if self.object_only and not isinstance(parsed, dict):
+            self.fail(f"{value!r} must be a JSON object, e.g. '{{\"max_attempts\": 5}}'",
+                      param, ctx)
+        return parsed
+
+
+RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
+                     "'{\"max_attempts\": 5, \"max_backoff\": 600}'.")
+RATE_HELP = ("Most requests to this endpoint from all workers together: N/s, N/m or N/h "
+             "(e.g. 50/s, 3000/m)")
+BURST_HELP = "Requests that may go out back to back before the rate spaces them"
+
+
+@click.group(cls=HooklineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hookline")
+def main() -> None:
+    """Hookline: outbound webhook delivery on Celery and Redis.
+
+    Configuration comes from the environment (REDIS_URL, HOOKLINE_BROKER_URL, HOOKLINE_*).
+    """
+
+
+main.add_command(dlq)
+main.add_command(breaker)
+main.add_command(schedule)
+main.add_command(releaser)
+main.add_command(event)
+main.add_command(metrics_command)
+main.add_command(stats)
+
+
+# -- endpoints ------------------------------------------------------------------------------
+
+
+@main.group()
+def endpoint() -> None:
+    """Register and manage the receivers of webhooks."""
+
+
+def _status(item: Endpoint) -> str:
+    return "enabled" if item.enabled else f"disabled ({item.disabled_reason or 'no reason'})"
+
+
+def _rate(item: Endpoint) -> str | None:
+    return f"{item.rate} burst {item.public()['burst']}" if item.rate else None
+
+
+def _burst(item: Endpoint) -> str:
+    if not item.rate:
+        return "- (no effect without a rate)"
+    return f"{item.public()['burst']}" + (" (default)" if item.burst is None else "")
+
+
+def checked_rate(rate: str | None) -> str | None:
+    """``rate`` as given, once known to be ASCII: ``parse_rate`` trusts ``str.isdigit``, which
+    passes digits such as '²' that ``int`` then refuses with a bare ValueError."""
+    if rate is not None and not rate.isascii():
+        raise EndpointError(f"rate {rate!r} is invalid: use N/s, N/m or N/h with N a positive "
+                            "integer (e.g. 50/s, 3000/m)")
+    return rate
+
+
+@endpoint.command("add")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", required=True, help="Where events are POSTed (http or https).")
+@click.option("--secret", metavar="whsec_...",
+              help="Signing secret (whsec_ + base64 of 24-64 bytes); generated when omitted.")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="Read timeout for this endpoint (default HOOKLINE_READ_TIMEOUT).")
+@click.option("--retry-policy", type=JsonParam(object_only=True), help=RETRY_POLICY_HELP)
+@click.option("--rate", metavar="N/s|N/m|N/h", help=RATE_HELP + "; no limit when omitted.")
+@click.option("--burst", type=int, metavar="N",
+              help=BURST_HELP + " (default: the registry's).")
+def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
+                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None
+                 ) -> None:
+    """Register endpoint ID. Without --secret a secret is generated and printed once."""
+    # Without --burst the registry's own default applies.
+    extra: dict[str, Any] = {} if burst is None else {"burst": burst}
+    added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
+                                   retry_policy=retry_policy, rate=checked_rate(rate), **extra)
+    click.echo(f"added endpoint {added.id} -> {added.url}")
+    if added.rate is None and burst is not None:
+        click.echo("warning: --burst has no effect without --rate", err=True)
+    if not secret:
+        click.echo(f"signing secret: {added.secrets[0]}")
+        click.echo("Store it now: it will not be shown again.")
+
+
+@endpoint.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
+def endpoint_list(as_json: bool) -> None:
+    """List endpoints."""
+    endpoints = EndpointRegistry().list()
+    if as_json:
+        echo_json([item.public() for item in endpoints])
+        return
+    if not endpoints:
+        click.echo("no endpoints: add one with 'hookline endpoint add ID --url URL'")
+        return
+    echo_table(
+        ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],
+        [
+            (item.id, shorten(item.url), _status(item), item.timeout, _rate(item),
+             json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
+             else "default", format_time(item.updated_at))
+            for item in endpoints
+        ],
+    )
+
+
+@endpoint.command("show")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
+def endpoint_show(endpoint_id: str, as_json: bool) -> None:
+    """Show one endpoint: its effective retry policy, breaker, recent success rate and last
+    error."""
+    item = EndpointRegistry().require(endpoint_id)
+    status = Gate().breaker_status(item.id)
+    recent = AttemptHistory().recent(item.id)
+    if as_json:
+        echo_json({**item.public(), "breaker": breaker_json(status), "recent": recent.as_dict()})
+        return
+    policy = item.policy()
+    default_timeout = item.timeout is None
+    echo_fields([
+        ("id", item.id),
+        ("url", item.url),
+        ("status", _status(item)),
+        ("secrets", ", ".join(item.public()["secrets"])),
+        ("read timeout", f"{item.read_timeout():g}s" + (" (default)" if default_timeout else "")),
+        ("retry policy", json.dumps(policy.as_dict(), sort_keys=True)),
+        ("overrides", json.dumps(dict(item.retry_policy), sort_keys=True)),
+        ("retry window", f"{policy.window():g}s"),
+        ("rate", item.rate or "no limit"),
+        ("burst", _burst(item)),
+        ("created", format_time(item.created_at)),
+        ("updated", format_time(item.updated_at)),
+        ("breaker", describe(status)),
+        ("recent attempts", describe_recent(recent)),
+        ("last error", describe_last_error(recent)),
+        ("last success", format_time(recent.last_success_at)),
+    ])
+
+
+@endpoint.command("update")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", help="New URL (http or https).")
+@click.option("--secret", metavar="whsec_...", help="New signing secret (replaces the old one).")
+@click.option("--timeout", type=float, metavar="SECONDS", help="New read timeout.")
+@click.option("--retry-policy", type=JsonParam(object_only=True),
+              help=RETRY_POLICY_HELP + " Merged into the current overrides.")
+@click.option("--rate", metavar="N/s|N/m|N/h|none", help=RATE_HELP + "; 'none' removes it.")
+@click.option("--burst", type=int, metavar="N", help=BURST_HELP + ".")
+def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
+                    timeout: float | None, retry_policy: dict[str, Any] | None,
+                    rate: str | None, burst: int | None) -> None:
+    """Change endpoint ID; pending retries use the new values at their next attempt."""
+    changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
+               "rate": rate, "burst": burst}
+    changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
+    if not changed:
+        raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
+                               "--retry-policy, --rate or --burst")
+    updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
+                                        retry_policy=retry_policy, rate=checked_rate(rate),
+                                        burst=burst)
+    click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
+    if updated.rate is None and burst is not None:
+        click.echo("warning: --burst has no effect without a rate", err=True)
+
+
+@endpoint.command("disable")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--reason", default="disabled by operator", show_default=True,
+              help="Why; shown in listings and dead letters.")
+def endpoint_disable(endpoint_id: str, reason: str) -> None:
+    """Stop sending to endpoint ID; its events go to the dead-letter queue."""
+    disable_endpoint(EndpointRegistry(), endpoint_id, reason)
+    click.echo(f"disabled endpoint {endpoint_id}")
+
+
+@endpoint.command("enable")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_enable(endpoint_id: str) -> None:
+    """Send to endpoint ID again."""
+    EndpointRegistry().enable(endpoint_id)
+    click.echo(f"enabled endpoint {endpoint_id}")
+
+
+@endpoint.command("remove")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def endpoint_remove(endpoint_id: str, yes: bool) -> None:
+    """Remove endpoint ID; its pending events will be dead-lettered (endpoint_removed)."""
+    registry = EndpointRegistry()
+    registry.require(endpoint_id)
+    if not yes:
+        click.confirm(f"Remove endpoint {endpoint_id}? Its pending events will be "
+                      "dead-lettered.", abort=True)
+    remove_endpoint(registry, endpoint_id)
+    click.echo(f"removed endpoint {endpoint_id}")
+
+
+# -- send -----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("endpoint_id", metavar="ENDPOINT_ID")
+@click.option("--type", "event_type", default="hookline.test", show_default=True,
+              help="Event type.")
+@click.option("--payload", type=JsonParam(), default=DEFAULT_TEST_PAYLOAD, show_default=True,
+              help="Event data, as JSON.")
+@click.option("--event-id", help="Event id (default: a new UUID); the idempotency key.")
+def send(endpoint_id: str, event_type: str, payload: Any, event_id: str | None) -> None:
+    """Enqueue a test event for ENDPOINT_ID and print its event id."""
+    sent_id = send_webhook(endpoint_id, event_type, payload, event_id)
+    click.echo(sent_id)
+    target = EndpointRegistry().get(endpoint_id)
+    if target is not None and not target.enabled:
+        click.echo(f"warning: endpoint {endpoint_id!r} is disabled: the event will be "
+                   "dead-lettered", err=True)
+
+
+endpoint.add_command(rotate_secret)

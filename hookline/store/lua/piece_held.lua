@@ -1,0 +1,36 @@
+-- Piece (included with "--#include piece_held.lua"): whether an endpoint takes an attempt now.
+-- The one rule admit.lua (a worker's attempt is deferred) and consume.lua (the delivery is
+-- parked before it reaches a worker) both apply.
+-- endpoint_hold(breaker_key, now)
+--   breaker_key  the endpoint's breaker hash (hookline:{ep}:breaker, passed in KEYS):
+--                state, open_until, probe_until, blocked_until
+--   now          Redis time, milliseconds
+--   Returns why, wait_ms when the endpoint is held: why is 'breaker_open' (circuit open, the
+--   cool-down not over), 'breaker_probe' (half-open, another attempt is the probe) or
+--   'blocked' (a Retry-After from an earlier response holds back the whole endpoint);
+--   otherwise nil, 0, probe, state: probe is true when an attempt now is the half-open probe
+--   (the cool-down is over, or the previous prober died: its probe lease ran out).
+local function endpoint_hold(breaker_key, now)
+  local breaker = redis.call('HMGET', breaker_key, 'state', 'open_until', 'probe_until',
+    'blocked_until')
+  local state = breaker[1] or 'closed'
+  local probe = false
+  if state == 'open' then
+    local open_until = tonumber(breaker[2]) or 0
+    if now < open_until then
+      return 'breaker_open', open_until - now
+    end
+    probe = true
+  elseif state == 'half_open' then
+    local probe_until = tonumber(breaker[3]) or 0
+    if probe_until > now then
+      return 'breaker_probe', probe_until - now
+    end
+    probe = true
+  end
+  local blocked_until = tonumber(breaker[4]) or 0
+  if blocked_until > now then
+    return 'blocked', blocked_until - now
+  end
+  return nil, 0, probe, state
+end

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The broker, crash and held-endpoint tests at each end of the celery/kombu/billiard range
+# Hookline declares (pyproject.toml) and checks at worker start (hookline/compat.py).
+#
+#   scripts/test-compat.sh [lowest|newest|all]      (make test-compat COMPAT=...)
+#
+# lowest: the range's lower bounds, read from compat.SUPPORTED (so the pins, the worker's check
+#         and pyproject.toml cannot drift apart; tests/unit/test_compat.py checks the latter).
+# newest: whatever pip resolves today within pyproject.toml's range.
+# Each end gets a throwaway virtualenv in .compat/<end> (made afresh each run; pip's cache
+# makes that quick), `pip install -e '.[dev]'` with the end's pins as constraints, then
+# pytest with that virtualenv's python: the tests start workers with `sys.executable -m
+# celery`, so the workers run those versions too. Exits non-zero if any end fails.
+#
+# Environment: PYTHON (default python3), COMPAT_DIR (default .compat), PYTEST_ARGS, and the
+# tests' HOOKLINE_TEST_REDIS_URL.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+WHICH=${1:-all}
+PYTHON=${PYTHON:-python3}
+BASE=${COMPAT_DIR:-$ROOT/.compat}
+TESTS=(tests/store/test_broker.py tests/faults/test_crashes.py tests/integration/test_held.py)
+DISTS=(celery kombu billiard)
+
+say() { echo "test-compat: $*"; }
+
+lowest_pins() {
+    "$PYTHON" - <<'PY'
+import ast
+from pathlib import Path
+
+tree = ast.parse(Path("hookline/compat.py").read_text())
+for node in tree.body:
+    target = node.target if isinstance(node, ast.AnnAssign) else (
+        node.targets[0] if isinstance(node, ast.Assign) else None)
+    if isinstance(target, ast.Name) and target.id == "SUPPORTED":
+        for name, (lowest, _beyond) in ast.literal_eval(node.value).items():
+            print(f"{name}=={'.'.join(map(str, lowest))}")
+PY
+}
+
+run_end() {
+    local end=$1 venv="$BASE/$1" started=$SECONDS
+    say "== $end: fresh virtualenv in $venv"
+    # Called as `run_end ... || failed=1`, where set -e does not apply: each step says so.
+    rm -rf "$venv" && mkdir -p "$BASE" && "$PYTHON" -m venv "$venv" || return
+    local constraints="$venv/constraints.txt"
+    case $end in
+        lowest) lowest_pins >"$constraints" && [[ -s $constraints ]] || return ;;
+        newest) : >"$constraints" ;;  # pyproject.toml's range alone: pip takes the newest
+        *) echo "test-compat: unknown end '$end' (lowest, newest or all)" >&2; return 2 ;;
+    esac
+    if [[ -s $constraints ]]; then say "$end pins: $(tr '\n' ' ' <"$constraints")"; fi
+    "$venv/bin/python" -m pip install --quiet -c "$constraints" -e '.[dev]' || {
+        say "$end: cannot install these versions together"; return 1; }
+    local versions
+    versions=$("$venv/bin/python" - "${DISTS[@]}" <<'PY'
+import sys
+from importlib.metadata import version
+print(" ".join(f"{name}=={version(name)}" for name in sys.argv[1:]))
+PY
+) || return
+    say "$end installed: $versions (installed in $((SECONDS - started)) s)"
+    # The worker's own start-up check must accept what was installed.
+    "$venv/bin/python" -c 'from hookline import compat; import sys; p = compat.problems(); \
+print(*p, sep="\n", file=sys.stderr); sys.exit(bool(p))' || {
+        say "$end: hookline.compat refuses these versions"; return 1; }
+    local status=0
+    # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
+    "$venv/bin/python" -m pytest "${TESTS[@]}" ${PYTEST_ARGS:-} || status=$?
+    say "$end ($versions): $([[ $status == 0 ]] && echo passed || echo "FAILED ($status)")" \
+        "in $((SECONDS - started)) s"
+    RESULTS+=("$end: $versions: $([[ $status == 0 ]] && echo passed || echo FAILED)")
+    return "$status"
+}
+
+case $WHICH in
+    all) ENDS=(lowest newest) ;;
+    lowest | newest) ENDS=("$WHICH") ;;
+    *) echo "usage: $0 [lowest|newest|all]" >&2; exit 2 ;;
+esac
+
+RESULTS=()
+failed=0
+for end in "${ENDS[@]}"; do
+    run_end "$end" || failed=1
+done
+say "summary:"
+printf '    %s\n' "${RESULTS[@]}"
+exit "$failed"

@@ -1,0 +1,136 @@
+"""Publishing by task name: what a web process sends, without the worker's task module, on a
+Celery instance that never becomes the process's current app."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+import hookline
+from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME
+from tests.conftest import ROOT
+
+
+def queued(client: Any) -> list[dict[str, Any]]:
+    """The messages on the first-delivery queue, oldest first, with their body decoded."""
+    messages = []
+    for text in reversed(client.lrange(DELIVERY_QUEUE, 0, -1)):
+        message = json.loads(text)
+        message["args"], message["kwargs"], _ = json.loads(base64.b64decode(message["body"]))
+        messages.append(message)
+    return messages
+
+
+def test_deliver_delay_publishes_the_task_by_name_with_its_headers(quiet_redis):
+    result = hookline.deliver.delay("shop", "order.created", {"card": "4111 1111"},
+                                    event_id="ev-1")
+    [message] = queued(quiet_redis)
+    headers = message["headers"]
+    assert headers["task"] == TASK_NAME == hookline.deliver.name
+    assert headers["id"] == result.id
+    assert (headers["hookline_endpoint"], headers["hookline_event"]) == ("shop", "ev-1")
+    assert message["args"] == ["shop", "order.created", {"card": "4111 1111"}]
+    assert message["kwargs"]["event_id"] == "ev-1"
+    assert message["kwargs"]["enqueued_at"] > 0
+    # Flower and the worker's log show the payload's size only.
+    assert "4111" not in headers["argsrepr"]
+    assert "<payload: 20 bytes>" in headers["argsrepr"]
+
+
+def test_the_task_id_is_the_event_id_when_none_is_given(quiet_redis):
+    result = hookline.deliver.apply_async(("shop", "order.created", {}))
+    [message] = queued(quiet_redis)
+    assert message["headers"]["hookline_event"] == result.id == message["headers"]["id"]
+
+
+@pytest.mark.parametrize("option", ["countdown", "eta"])
+def test_a_countdown_is_refused_at_the_call(quiet_redis, option):
+    with pytest.raises(TypeError, match=f"{option} is not supported"):
+        hookline.deliver.apply_async(("shop", "order.created", {}), **{option: 5})
+    assert queued(quiet_redis) == []
+
+
+def run_python(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter from the project root; its stdout."""
+    import os
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                          env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_publishing_leaves_the_hosts_current_app_and_loads_no_worker_module(quiet_redis):
+    url = quiet_redis.connection_pool.connection_kwargs
+    broker = f"redis://127.0.0.1:{url['port']}/{url['db']}"
+    out = run_python("""
+        import sys
+        from celery import Celery, current_app, shared_task
+
+        host = Celery("host", broker="memory://")
+        host.conf.task_always_eager = True
+        host.set_current()
+
+        @shared_task(name="proj.tasks.send_invoice")
+        def send_invoice():
+            return "sent"
+
+        import hookline
+        hookline.deliver.delay("shop", "order.created", {"n": 1}, event_id="ev-host")
+        print(current_app.main, send_invoice.app.main, send_invoice.delay().get(),
+              "hookline.deliver" in host.tasks,
+              any(name.startswith("hookline.worker") for name in sys.modules))
+    """, REDIS_URL=broker, HOOKLINE_BROKER_URL=broker)
+    # The host's shared task still resolves to (and runs on) the host's app; Hookline's task
+    # is no shared task, so the host never sees it; the web process loads no worker module.
+    assert out == "host host sent False False"
+    [message] = queued(quiet_redis)
+    assert message["headers"]["hookline_event"] == "ev-host"
+
+
+def test_the_workers_app_never_becomes_current_nor_shares_its_task():
+    out = run_python("""
+        from celery import Celery, current_app, shared_task
+
+        host = Celery("host", broker="memory://")
+        host.set_current()
+
+        @shared_task(name="proj.tasks.send_invoice")
+        def send_invoice():
+            return "sent"
+
+        from hookline.worker.celery import app
+        app.loader.import_default_modules()
+        print(current_app.main, "hookline.deliver" in app.tasks,
+              "hookline.deliver" in host.tasks, send_invoice.app.main)
+    """)
+    assert out == "host True False host"
+
+
+def test_a_hosts_celery_broker_url_does_not_redirect_hookline(quiet_redis):
+    """Celery lets CELERY_BROKER_URL override every app's broker; a host sets it for its own.
+    Hookline's deliveries still go to Hookline's broker, and the host's app keeps its own."""
+    url = quiet_redis.connection_pool.connection_kwargs
+    broker = f"redis://127.0.0.1:{url['port']}/{url['db']}"
+    out = run_python("""
+        from celery import Celery
+
+        host = Celery("host")
+        import hookline
+        from hookline.delivery.publisher import celery_app
+        hookline.deliver.delay("shop", "order.created", {}, event_id="ev-env")
+        print(host.connection_for_write().as_uri(), celery_app().connection_for_write().as_uri())
+    """, REDIS_URL=broker, CELERY_BROKER_URL="memory://localhost/")
+    host_broker, hookline_broker = out.split()
+    assert host_broker.startswith("memory://")
+    # (kombu names a transport given by path in the URI it prints.)
+    assert hookline_broker.endswith(f"@127.0.0.1:{url['port']}/{url['db']}")
+    [message] = queued(quiet_redis)
+    assert message["headers"]["hookline_event"] == "ev-env"
