@@ -42,8 +42,8 @@ def celery_app() -> Celery:
             built = Celery("hookline", set_as_current=False, fixups=[])
             built.config_from_object(celeryconfig)
             built.conf.update(celeryconfig.broker_settings(config))
-            if _app is not None:
-                _app[1].close()
+            # The previous app is dropped, not closed: its connection pool is kombu's pool for
+            # that broker URL, shared by every app in the process that uses the same URL.
             _app = (config, built)
         return _app[1]
 

@@ -43,9 +43,8 @@ def celery_app(quiet_redis: Any) -> Iterator[Any]:
     app.conf.update(celeryconfig.broker_settings(settings()))
     yield app
     app.conf.update(saved)
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
+    # Forget (do not close) the test database's pool: kombu shares it by URL across apps.
+    app._pool = None
 
 
 @pytest.fixture
