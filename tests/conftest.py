@@ -42,6 +42,7 @@ TEST_ENV = {
 }
 os.environ.update(TEST_ENV)
 os.environ.pop("HOOKLINE_BROKER_URL", None)
+os.environ.pop("HOOKLINE_REDIS_URL", None)
 # Celery lets CELERY_BROKER_URL override every app's broker: a developer's own must not leak in.
 os.environ.pop("CELERY_BROKER_URL", None)
 os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")

@@ -197,9 +197,13 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming the bad variable."""
     env = os.environ if env is None else env
-    redis_url = env.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    # HOOKLINE_REDIS_URL first: in a host project REDIS_URL may name the host's own Redis (a
+    # cache that evicts keys, say), which Hookline's state must not share.
+    variable = "HOOKLINE_REDIS_URL" if env.get("HOOKLINE_REDIS_URL") else "REDIS_URL"
+    redis_url = env.get(variable) or "redis://127.0.0.1:6379/0"
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"REDIS_URL={redis_url!r} must start with redis://, rediss:// or unix://")
+        raise ConfigError(
+            f"{variable}={redis_url!r} must start with redis://, rediss:// or unix://")
     log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
     if log_format not in ("text", "json"):
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")

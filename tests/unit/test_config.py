@@ -59,3 +59,17 @@ def test_backoff_is_not_bounded_by_the_visibility_timeout():
     settings = load_settings({"HOOKLINE_MAX_BACKOFF": "86400", "HOOKLINE_MAX_AGE": "604800"})
     assert settings.retry_policy.max_backoff == 86400
     assert settings.visibility_timeout == 300
+
+
+def test_hookline_redis_url_comes_before_a_hosts_redis_url():
+    env = {"REDIS_URL": "redis://host-cache:6379/0", "HOOKLINE_REDIS_URL": "redis://hl:6379/2"}
+    settings = load_settings(env)
+    assert settings.redis_url == settings.broker_url == "redis://hl:6379/2"
+    assert load_settings({"REDIS_URL": "redis://r:1/2"}).redis_url == "redis://r:1/2"
+
+
+def test_a_bad_redis_url_names_the_variable_it_came_from():
+    with pytest.raises(ConfigError, match="HOOKLINE_REDIS_URL='http://x'"):
+        load_settings({"HOOKLINE_REDIS_URL": "http://x", "REDIS_URL": "redis://ok:1/0"})
+    with pytest.raises(ConfigError, match="REDIS_URL='http://x'"):
+        load_settings({"REDIS_URL": "http://x"})
