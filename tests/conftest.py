@@ -49,6 +49,7 @@ os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")
 
 from celery.signals import after_task_publish  # noqa: E402
 
+from bench.common import stop_process  # noqa: E402  (one helper for tests and benchmarks)
 from examples.receiver import Receiver  # noqa: E402
 from hookline.core.messages import DELIVERY_QUEUE  # noqa: E402
 from hookline.store import connection as store  # noqa: E402
@@ -146,14 +147,9 @@ class WorkerProcess:
         return self.log_path.read_text()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, sig, timeout)
         self.log.close()
+
 
 
 def purge_queues() -> None:
@@ -237,6 +233,26 @@ def published(redis_client: Any) -> Iterator[Publications]:
     yield publications
     after_task_publish.disconnect(publications.record)
     publications.remove_from_broker(redis_client)
+
+
+@pytest.fixture
+def receiver_process(tmp_path: Path) -> Iterator[tuple[str, Any]]:
+    """The receiver in a process of its own, so the test's own work (enqueueing hundreds of
+    events) does not delay the requests it timestamps. It records one JSON line per request;
+    yields its base URL and a function reading the requests so far."""
+    record = tmp_path / "requests.jsonl"
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "examples.receiver", "--port", str(port),
+                                "--record", str(record)], cwd=ROOT, stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline()  # listening
+    record.touch()
+
+    def requests() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in record.read_text().splitlines() if line]
+
+    yield f"http://127.0.0.1:{port}", requests
+    process.terminate()
+    process.wait(10)
 
 
 def free_port() -> int:

@@ -8,11 +8,7 @@ so only the two nodes started here see these events.
 
 from __future__ import annotations
 
-import json
 import re
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -25,7 +21,7 @@ from celery import Celery
 
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
-from tests.conftest import ROOT, TEST_ENV, WorkerProcess, wait_until
+from tests.conftest import TEST_ENV, WorkerProcess, wait_until
 from tests.support.windows import busiest_window
 
 EVENTS = 200
@@ -70,27 +66,6 @@ def producer(isolated_redis) -> Iterator[Celery]:
     app.conf.update(broker_url=url, broker_read_url=url, broker_write_url=url)
     yield app
     app.close()
-
-
-@pytest.fixture
-def receiver_process(tmp_path) -> Iterator[tuple[str, Requests]]:
-    """The receiver in a process of its own, so the test's own work does not delay the
-    requests it timestamps. It records one JSON line per request."""
-    record = tmp_path / "requests.jsonl"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "examples.receiver", "--port", str(port),
-                                "--record", str(record)], cwd=ROOT, stdout=subprocess.PIPE)
-    assert process.stdout is not None and process.stdout.readline()  # listening
-    record.touch()
-
-    def requests() -> list[dict[str, Any]]:
-        return [json.loads(line) for line in record.read_text().splitlines() if line]
-
-    yield f"http://127.0.0.1:{port}", requests
-    process.terminate()
-    process.wait(10)
 
 
 def outcomes(node: WorkerProcess) -> Counter[str]:

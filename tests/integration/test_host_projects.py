@@ -24,7 +24,6 @@ import io
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -37,7 +36,7 @@ import pytest
 import redis
 
 from examples.receiver import Receiver, Reply, always
-from tests.conftest import flushed, isolated_url, wait_until
+from tests.conftest import flushed, isolated_url, stop_process, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -176,13 +175,7 @@ class Process:
         return self
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=timeout)
         self.log.close()
 
 
@@ -477,6 +470,24 @@ def _check_report(report: dict[str, Any], host: Host, main: str, host_tasks: lis
     assert report["worker_imported"] == [], "the web process imported Hookline's worker"
 
 
+def _run_both_workers(host: Host, receiver: Receiver, host_redis: redis.Redis,
+                      report: dict[str, Any], events: set[str], *, host_app: str,
+                      host_queue: str, host_task: str) -> Any:
+    """Start Hookline's worker as the README says and the host's own worker; check that
+    Hookline delivered and retried its events and the host's worker ran only the host's task.
+    Returns the host task's result."""
+    hookline_worker = host.start("hookline-worker", "-A", "hookline.worker", "worker",
+                                 *WORKER_OPTIONS, "-n", "hookline@%h")
+    host_worker = host.start("host-worker", "-A", host_app, "worker", "-Q",
+                             f"{host_queue},host-default", *WORKER_OPTIONS, "-n", "host@%h")
+    hookline_worker.wait_ready()
+    host_worker.wait_ready()
+    _check_deliveries(host, receiver, events, report["failing"])
+    result = _check_host_result(host_redis, host, report["invoice_task"])
+    _check_worker_logs(hookline_worker, host_worker, host_task)
+    return result
+
+
 def test_django_host_project(fresh_venv: Path, tmp_path: Path, hookline_redis: redis.Redis,
                              host_redis: redis.Redis, receiver: Receiver) -> None:
     host_dir = tmp_path / "django_host"
@@ -494,17 +505,10 @@ def test_django_host_project(fresh_venv: Path, tmp_path: Path, hookline_redis: r
                       report["invoice_task"], events | {report["failing"]})
 
         # Started as the README says; DJANGO_SETTINGS_MODULE is in its environment too.
-        hookline_worker = host.start("hookline-worker", "-A", "hookline.worker", "worker",
-                                     *WORKER_OPTIONS, "-n", "hookline@%h")
-        host_worker = host.start("host-worker", "-A", "proj", "worker", "-Q",
-                                 "invoices,host-default", *WORKER_OPTIONS, "-n", "host@%h")
-        hookline_worker.wait_ready()
-        host_worker.wait_ready()
-
-        _check_deliveries(host, receiver, events, report["failing"])
-        assert _check_host_result(host_redis, host, report["invoice_task"]) == {
-            "invoice": 7, "app": "hostproj"}
-        _check_worker_logs(hookline_worker, host_worker, "tasks.send_invoice")
+        result = _run_both_workers(host, receiver, host_redis, report, events,
+                                   host_app="proj", host_queue="invoices",
+                                   host_task="tasks.send_invoice")
+        assert result == {"invoice": 7, "app": "hostproj"}
     finally:
         host.stop_all()
 
@@ -603,16 +607,9 @@ def test_flask_host_project(fresh_venv: Path, tmp_path: Path, hookline_redis: re
         _check_queues(hookline_redis, host_redis, "receipts", "tasks.send_receipt",
                       report["invoice_task"], events | {report["failing"]})
 
-        hookline_worker = host.start("hookline-worker", "-A", "hookline.worker", "worker",
-                                     *WORKER_OPTIONS, "-n", "hookline@%h")
-        host_worker = host.start("host-worker", "-A", "app:celery_app", "worker", "-Q",
-                                 "receipts,host-default", *WORKER_OPTIONS, "-n", "host@%h")
-        hookline_worker.wait_ready()
-        host_worker.wait_ready()
-
-        _check_deliveries(host, receiver, events, report["failing"])
-        assert _check_host_result(host_redis, host, report["invoice_task"]) == {
-            "receipt": 9, "app": "hostflask"}
-        _check_worker_logs(hookline_worker, host_worker, "tasks.send_receipt")
+        result = _run_both_workers(host, receiver, host_redis, report, events,
+                                   host_app="app:celery_app", host_queue="receipts",
+                                   host_task="tasks.send_receipt")
+        assert result == {"receipt": 9, "app": "hostflask"}
     finally:
         host.stop_all()

@@ -5,11 +5,7 @@ Worker settings (tests/conftest.py): breaker threshold 5, cool-down 1.5 s doubli
 
 from __future__ import annotations
 
-import json
 import re
-import socket
-import subprocess
-import sys
 import time
 import uuid
 
@@ -22,7 +18,7 @@ from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
-from tests.conftest import ROOT, wait_until
+from tests.conftest import wait_until
 from tests.support.windows import busiest_window
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -32,27 +28,6 @@ def new_endpoint(receiver, behaviour, **options):
     endpoint_id = f"ep-{uuid.uuid4().hex[:10]}"
     return EndpointRegistry().add(endpoint_id, receiver.route(f"/{endpoint_id}", behaviour),
                                   **options)
-
-
-@pytest.fixture
-def receiver_process(tmp_path):
-    """The receiver in a process of its own, so the test's own work (enqueueing hundreds of
-    events) does not delay the requests it timestamps. It records one JSON line per request."""
-    record = tmp_path / "requests.jsonl"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen([sys.executable, "-m", "examples.receiver", "--port", str(port),
-                                "--record", str(record)], cwd=ROOT, stdout=subprocess.PIPE)
-    assert process.stdout is not None and process.stdout.readline()  # listening
-    record.touch()
-
-    def requests() -> list[dict]:
-        return [json.loads(line) for line in record.read_text().splitlines() if line]
-
-    yield f"http://127.0.0.1:{port}", requests
-    process.terminate()
-    process.wait(10)
 
 
 def test_three_workers_keep_one_receivers_rate(receiver_process, start_worker):
