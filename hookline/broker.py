@@ -131,6 +131,9 @@ class Channel(kombu_redis.Channel):
         self._recorded: set[str] = set()
         #: Endpoints whose keys consume.lua gets (insertion order: least recently needed first).
         self._endpoints: dict[str, None] = {}
+        #: Their breaker and schedule-index keys, in that order: built when the set changes
+        #: (a 'need'), not on every consume call.
+        self._endpoint_keys: list[str] = []
         #: The doorbell id to block from, after a consume found every queue empty: while it
         #: is set, the command pending on the consuming connection is the blocking XREAD.
         self._wait_from: str | None = None
@@ -185,8 +188,7 @@ class Channel(kombu_redis.Channel):
             config = settings()
             park_held = config.broker_url == config.redis_url
             endpoints = list(self._endpoints) if park_held else []
-            endpoint_keys = [key for endpoint in endpoints
-                             for key in (breaker_key(endpoint), schedule_endpoint_key(endpoint))]
+            endpoint_keys = self._endpoint_keys if park_held else []
             command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys) + len(endpoint_keys),
                        self.unacked_key, self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS,
                        WAKE_KEY, *keys, *endpoint_keys,
@@ -235,6 +237,8 @@ class Channel(kombu_redis.Channel):
             self._endpoints[bytes_to_str(reply[1])] = None
             while len(self._endpoints) > HELD_ENDPOINTS:
                 del self._endpoints[next(iter(self._endpoints))]
+            self._endpoint_keys = [key for endpoint in self._endpoints for key in
+                                   (breaker_key(endpoint), schedule_endpoint_key(endpoint))]
             raise kombu_redis.Empty()
         key, item = bytes_to_str(reply[1]), bytes_to_str(reply[2])
         if kind == "bad":

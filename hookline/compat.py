@@ -81,7 +81,7 @@ def problems(installed: dict[str, str] | None = None, *, versions_only: bool = F
     ``installed`` versions, the overridden names); empty: all is well."""
     found = []
     for name, (lowest, beyond) in SUPPORTED.items():
-        text = (installed or {}).get(name) if installed is not None else _installed(name)
+        text = installed.get(name) if installed is not None else _installed(name)
         if text is None:
             found.append(f"{name} is not installed")
             continue

@@ -11,6 +11,7 @@ from typing import Any
 from hookline.core.config import settings
 from hookline.core.errors import HooklineError
 from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.messages import shown_args
 from hookline.delivery.publisher import publish
 from hookline.store.endpoints import EndpointRegistry, UnknownEndpoint
 
@@ -28,6 +29,8 @@ class PreparedEvent:
     payload: Any
     event_id: str
     deadline: float | None
+    #: Bytes of the payload as compact JSON (measured once, shown in Flower).
+    size: int
 
 
 def prepare_event(
@@ -44,11 +47,10 @@ def prepare_event(
     a transaction's commit) is the one validated now even if the caller's object changes."""
     event_id = event_id or str(uuid.uuid4())
     try:
-        validate_event(endpoint_id, event_type, payload, event_id)
+        text = validate_event(endpoint_id, event_type, payload, event_id)
         deadline_ts = to_timestamp(deadline, name="deadline")
     except MalformedEvent as exc:
         raise WebhookInputError(str(exc)) from None
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     size, limit = len(text.encode()), settings().max_payload_bytes
     if size > limit:
         raise WebhookInputError(
@@ -58,13 +60,14 @@ def prepare_event(
         (registry or EndpointRegistry()).require(endpoint_id)
     except UnknownEndpoint as exc:
         raise WebhookInputError(str(exc)) from None
-    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts)
+    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts, size)
 
 
 def enqueue_prepared(event: PreparedEvent) -> str:
     """Publish a prepared event; the Celery task id is the event id, so Flower finds it."""
     publish((event.endpoint_id, event.event_type, event.payload),
-            {"event_id": event.event_id, "deadline": event.deadline}, task_id=event.event_id)
+            {"event_id": event.event_id, "deadline": event.deadline}, task_id=event.event_id,
+            argsrepr=shown_args(event.endpoint_id, event.event_type, None, size=event.size))
     return event.event_id
 
 

@@ -40,8 +40,9 @@ def to_timestamp(value: Any, *, name: str) -> float | None:
     raise MalformedEvent(f"{name} must be Unix seconds or an ISO 8601 time, got {value!r}")
 
 
-def validate_event(endpoint_id: Any, event_type: Any, payload: Any, event_id: Any) -> None:
-    """Raise :class:`MalformedEvent` saying what is wrong with an event's fields."""
+def validate_event(endpoint_id: Any, event_type: Any, payload: Any, event_id: Any) -> str:
+    """Raise :class:`MalformedEvent` saying what is wrong with an event's fields; return the
+    payload as compact JSON (what its size is measured on), so a caller serialises it once."""
     if not isinstance(endpoint_id, str) or not ENDPOINT_ID_PATTERN.match(endpoint_id):
         raise MalformedEvent(f"endpoint id {endpoint_id!r} is not a valid endpoint id")
     if not isinstance(event_type, str) or not 0 < len(event_type) <= MAX_EVENT_TYPE_LENGTH:
@@ -55,6 +56,6 @@ def validate_event(endpoint_id: Any, event_type: Any, payload: Any, event_id: An
     if any(ch.isspace() or not ch.isprintable() for ch in event_id):
         raise MalformedEvent(f"event id {event_id!r} must not contain spaces or control characters")
     try:
-        json.dumps(payload, allow_nan=False)
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise MalformedEvent(f"payload is not JSON-serialisable: {exc}") from None

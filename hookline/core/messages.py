@@ -53,7 +53,10 @@ def payload_size(payload: Any) -> int:
     return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def shown_args(endpoint_id: str, event_type: str, payload: Any) -> str:
+def shown_args(endpoint_id: str, event_type: str, payload: Any, *,
+               size: int | None = None) -> str:
     """What Flower and the worker's log show as the task's arguments: the endpoint and event
-    type, and the payload's size, not its content (it may hold personal data)."""
-    return repr((endpoint_id, event_type, f"<payload: {payload_size(payload)} bytes>"))
+    type, and the payload's size (``size`` when the caller measured it already), not its
+    content (it may hold personal data)."""
+    size = payload_size(payload) if size is None else size
+    return repr((endpoint_id, event_type, f"<payload: {size} bytes>"))

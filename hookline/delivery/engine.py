@@ -105,6 +105,10 @@ def deferral_countdown(admission: Admission, rng: random.Random | None = None) -
     return admission.wait + uniform(0.0, min(1.0 + admission.wait / 10, 5.0))
 
 
+def _dead_letter_gone(endpoint_id: str) -> None:
+    dead_letter_scheduled(endpoint_id, "endpoint_gone")
+
+
 #: What the engine returns for one attempt.
 AttemptOutcome = Finished | Deferred | RetryDue
 Sender = Callable[[Endpoint, WebhookEvent], AttemptResult]
@@ -130,7 +134,7 @@ class DeliveryEngine:
         self._send_event = sender
         self._clock = clock
         self._rng = rng or random.Random()
-        self._on_gone = on_gone
+        self._on_gone = on_gone or _dead_letter_gone
 
     def attempt(self, request: DeliveryRequest, *, token: str) -> AttemptOutcome:
         """One attempt of ``request``: the gate, the send, the settle and the decision."""
@@ -214,19 +218,13 @@ class DeliveryEngine:
             log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
                       reason="gone", status=410)
             finished = self.dead_letter(request, "endpoint_gone", result=result, at=ended)
-            self._gone(endpoint.id)
+            self._on_gone(endpoint.id)
             return finished
         if outcome is Outcome.REJECTED:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
                               reason="rejected")
             return self.dead_letter(request, "rejected", result=result, at=ended)
         return self._schedule_retry(endpoint, request, result, ended, retry_after)
-
-    def _gone(self, endpoint_id: str) -> None:
-        if self._on_gone is None:
-            dead_letter_scheduled(endpoint_id, "endpoint_gone")
-        else:
-            self._on_gone(endpoint_id)
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
                 retry_after: float | None, record: AttemptRecord) -> None:

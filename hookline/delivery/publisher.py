@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from celery import Celery
+from kombu.utils.uuid import uuid
 
 from hookline.core.config import Settings, settings
 from hookline.core.messages import (
@@ -54,8 +55,6 @@ def publish(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = N
 
     ``kwargs`` get the publish time (``enqueued_at``); the headers name the endpoint and event
     for the broker's consume script; Flower shows the payload's size, not its content."""
-    from kombu.utils.uuid import uuid
-
     task_id = task_id or uuid()
     kwargs = stamped(dict(kwargs or {}))
     args = tuple(args)

@@ -36,6 +36,7 @@ from hookline.store.keys import (
     RELEASING_KEY,
     SCHEDULE_KEYS,
     WAKE_KEY,
+    glob_escaped,
     schedule_endpoint_key,
 )
 
@@ -280,7 +281,7 @@ class RetrySchedule:
             return
         prefix = f"{endpoint_id}/"
         ids = [bytes_to_str(retry_id) for retry_id, _ in
-               self.redis.hscan_iter(META_KEY, match=f"{_glob_escape(prefix)}*", count=PAGE)]
+               self.redis.hscan_iter(META_KEY, match=f"{glob_escaped(prefix)}*", count=PAGE)]
         for start in range(0, len(ids), PAGE):
             self.redis.sadd(schedule_endpoint_key(endpoint_id), *ids[start:start + PAGE])
 
@@ -289,10 +290,6 @@ class RetrySchedule:
             return 0
         return int(self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY, *map(index_key, retry_ids)],
                                 args=retry_ids))
-
-
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def _pages(ids: Iterator[str]) -> Iterator[list[str]]:
