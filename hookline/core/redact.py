@@ -1,0 +1,71 @@
+"""Redacting URLs for anything a person reads: error messages, log lines, CLI output, Flower.
+
+A receiver's URL may carry credentials in its userinfo (``user:pass@``), its query string
+(``?token=...``) or its path (``/services/T0/B0/XXXXXXXX``). :func:`url` keeps what tells an
+operator which receiver it is (scheme, host, port, plain-word path segments) and replaces the
+rest with ``***``; :func:`text` does that to every URL inside free text (an exception's message,
+urllib3's ``... with url: /path?token=...``). :class:`RedactingFilter` applies :func:`text` to
+log records. Pure: no Redis, no Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import urlsplit
+
+MASK = "***"
+#: A path segment shown as it is: a plain word (no digits), short enough not to be a token.
+_PLAIN_SEGMENT = re.compile(r"[A-Za-z][A-Za-z_-]{0,14}\Z")
+#: A URL with a scheme inside free text.
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+#: urllib3's and http.client's way of naming a request target without its host.
+_TARGET_IN_TEXT = re.compile(r"(?P<lead>\burl: |\"(?:GET|POST|PUT|HEAD|DELETE|PATCH) )"
+                             r"(?P<target>/[^\s'\"]*)")
+
+
+def path(target: str) -> str:
+    """A request target (``/path?query``) with token-like segments and the query masked."""
+    bare, question, _ = target.partition("?")
+    bare = bare.partition("#")[0]
+    segments = [segment if not segment or _PLAIN_SEGMENT.match(segment) else MASK
+                for segment in bare.split("/")]
+    return "/".join(segments) + (f"?{MASK}" if question else "")
+
+
+def url(value: str) -> str:
+    """``value`` fit to show: no userinfo, no query values, no token-like path segments."""
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return MASK
+    if not parts.scheme or not host:
+        return MASK
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = (f"{MASK}@" if "@" in parts.netloc else "") + host
+    if port is not None:
+        netloc += f":{port}"
+    target = parts.path + (f"?{parts.query}" if parts.query or "?" in value else "")
+    return f"{parts.scheme}://{netloc}{path(target) if target else ''}"
+
+
+def text(value: str) -> str:
+    """``value`` with every URL and request target in it redacted."""
+    value = _URL_IN_TEXT.sub(lambda match: url(match.group(0)), value)
+    return _TARGET_IN_TEXT.sub(lambda match: match.group("lead") + path(match.group("target")),
+                               value)
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts URLs in a record's message (for handlers or loggers the
+    caller owns, e.g. a Hookline worker's handlers, where urllib3's debug lines name URLs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
