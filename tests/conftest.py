@@ -62,6 +62,31 @@ def _hookline_keys_deleted() -> None:
         client.delete(*keys[start : start + 500])
 
 
+#: Set in every Redis database the suite uses: the suite empties only databases that are empty
+#: or carry this key (its own, from this run or an earlier one), never someone else's data.
+OWNER_KEY = "hookline-test-suite:owned"
+
+
+def claim(client: redis.Redis, url: str) -> redis.Redis:
+    """Make sure the database behind ``client`` is the suite's (empty, or marked by an earlier
+    run) and mark it; stop the run, saying why, if it holds data of someone else's."""
+    if client.dbsize() and not client.exists(OWNER_KEY):
+        pytest.exit(f"the Redis database {url} holds data the test suite did not write; the "
+                    "suite empties the databases it uses, so it leaves this one alone. Point "
+                    "the tests at a Redis of their own with HOOKLINE_TEST_REDIS_URL "
+                    "(databases 3, 5, 7-14 and the URL's own are used)", returncode=3)
+    client.set(OWNER_KEY, "tests/conftest.py")
+    return client
+
+
+def emptied(url: str) -> redis.Redis:
+    """A client on ``url`` (str replies), its database claimed by the suite and emptied."""
+    client = claim(redis.Redis.from_url(url, decode_responses=True), url)
+    client.flushdb()
+    client.set(OWNER_KEY, "tests/conftest.py")
+    return client
+
+
 @pytest.fixture(scope="session")
 def redis_client():
     client = store.client()
@@ -70,6 +95,7 @@ def redis_client():
     except Exception as exc:  # pragma: no cover - environment problem, said plainly
         pytest.exit(f"Redis at {TEST_ENV['REDIS_URL']} does not answer ({exc}); "
                     "run the tests with 'make test', which starts one", returncode=3)
+    claim(client, TEST_ENV["REDIS_URL"])
     return client
 
 
@@ -87,12 +113,12 @@ def isolated_url(db: int) -> str:
 
 
 def flushed(url: str) -> Iterator[redis.Redis]:
-    """For a fixture: a client on ``url`` (str replies), its database emptied before and
-    after the test."""
-    client = redis.Redis.from_url(url, decode_responses=True)
-    client.flushdb()
+    """For a fixture: a client on ``url`` (str replies), its database (the suite's own, see
+    :func:`claim`) emptied before and after the test."""
+    client = emptied(url)
     yield client
-    client.flushdb()
+    emptied(url).close()
+    client.close()
 
 
 @pytest.fixture
@@ -102,12 +128,11 @@ def quiet_redis() -> Iterator[redis.Redis]:
     from hookline.core import config
 
     url = isolated_url(3)
-    client = redis.Redis.from_url(url, decode_responses=True)
-    client.flushdb()
+    client = emptied(url)
     config.configure({"REDIS_URL": url, "HOOKLINE_BROKER_URL": url})
     yield client
     config.configure()
-    client.flushdb()
+    emptied(url).close()
 
 
 @pytest.fixture

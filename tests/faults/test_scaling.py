@@ -21,7 +21,7 @@ from celery import Celery
 
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
-from tests.conftest import TEST_ENV, WorkerProcess, wait_until
+from tests.conftest import TEST_ENV, WorkerProcess, emptied, wait_until
 from tests.support.windows import busiest_window
 
 EVENTS = 200
@@ -41,10 +41,9 @@ def isolated_url(test_url: str) -> str:
 @pytest.fixture
 def isolated_redis() -> Iterator[tuple[str, redis.Redis]]:
     url = isolated_url(TEST_ENV["REDIS_URL"])
-    client = redis.Redis.from_url(url, decode_responses=True)
-    client.flushdb()
+    client = emptied(url)
     yield url, client
-    client.flushdb()
+    emptied(url).close()
 
 
 @pytest.fixture

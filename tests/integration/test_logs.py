@@ -7,14 +7,13 @@ import json
 import logging
 
 import pytest
-import redis
 from celery import Celery
 
 from examples.receiver import Reply, always, fail_first
 from hookline.core.logs import log_event
 from hookline.store import keys
 from hookline.store.endpoints import EndpointRegistry
-from tests.conftest import isolated_url, wait_until
+from tests.conftest import emptied, isolated_url, wait_until
 
 #: A database of its own, so that only the JSON-logging worker sees this test's events.
 ISOLATED_URL = isolated_url(5)
@@ -24,8 +23,7 @@ ATTEMPT_FIELDS = {"time", "level", "event", "endpoint_id", "event_id", "event_ty
 
 
 def test_json_log_lines_name_the_event_and_never_show_the_secret(receiver, start_worker):
-    client = redis.Redis.from_url(ISOLATED_URL, decode_responses=True)
-    client.flushdb()
+    client = emptied(ISOLATED_URL)
     worker = start_worker("json-logs", extra_env={"HOOKLINE_LOG_FORMAT": "json",
                                                   "REDIS_URL": ISOLATED_URL})
     registry = EndpointRegistry(client)

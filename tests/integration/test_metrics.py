@@ -28,7 +28,7 @@ from hookline.store import keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY, RetrySchedule
-from tests.conftest import ROOT, free_port, isolated_url, wait_until
+from tests.conftest import ROOT, emptied, free_port, isolated_url, wait_until
 
 ISOLATED_URL = isolated_url(7)
 
@@ -38,8 +38,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 @pytest.fixture
 def isolated() -> Iterator[redis.Redis]:
     """Database 7, emptied: no worker but this module's uses it."""
-    client = redis.Redis.from_url(ISOLATED_URL, decode_responses=True)
-    client.flushdb()
+    client = emptied(ISOLATED_URL)
     yield client
     client.close()
 

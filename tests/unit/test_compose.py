@@ -77,17 +77,42 @@ def test_services_present_and_no_obsolete_version_key(compose, services) -> None
     assert "version" not in compose
 
 
+def _redis_server_options(redis: dict[str, Any]) -> dict[str, str]:
+    """The options of the Redis service's ``redis-server`` (run through ``sh -c 'exec ...'``
+    so the password comes from the environment)."""
+    command = argv(redis["command"])
+    assert command[:2] == ["sh", "-c"], command
+    server = shlex.split(command[2])
+    assert server[:2] == ["exec", "redis-server"], server
+    return dict(zip(server[2::2], server[3::2], strict=False))
+
+
 def test_redis_persists_and_never_evicts(compose, services) -> None:
     redis = services["redis"]
-    command = argv(redis["command"])
-    options = dict(zip(command[1::2], command[2::2], strict=False))
-    assert command[0] == "redis-server"
+    options = _redis_server_options(redis)
     assert options.get("--appendonly") == "yes"
     assert options.get("--maxmemory-policy") == "noeviction"
     assert any(str(v).endswith(":/data") for v in redis["volumes"])
     data_volume = next(str(v).split(":")[0] for v in redis["volumes"] if str(v).endswith(":/data"))
     assert data_volume in (compose.get("volumes") or {}), "Redis data must be a named volume"
     assert "redis-cli" in " ".join(argv(redis["healthcheck"]["test"]))
+
+
+def test_redis_has_a_memory_limit_and_a_required_password(services) -> None:
+    """noeviction acts only under a memory limit; the password has no default, so compose
+    refuses to start without one, and every client's URL carries it."""
+    redis = services["redis"]
+    options = _redis_server_options(redis)
+    env = environment(redis)
+    assert options["--maxmemory"] == "$$REDIS_MAXMEMORY"  # $$: the container's shell expands it
+    assert re.fullmatch(r"\$\{REDIS_MAXMEMORY:-\d+[kmg]b\}", env["REDIS_MAXMEMORY"])
+    assert options["--requirepass"] == "$$REDIS_PASSWORD"
+    required = r"\$\{REDIS_PASSWORD:\?[^}]+\}"
+    assert re.fullmatch(required, env["REDIS_PASSWORD"])
+    assert re.fullmatch(required, env["REDISCLI_AUTH"]), "the healthcheck's redis-cli needs it"
+    for name in ("worker", "flower", "web"):
+        assert re.fullmatch(r"redis://:" + required + r"@redis:6379/0",
+                            environment(services[name])["REDIS_URL"]), name
 
 
 def test_worker_scales(services) -> None:
@@ -132,10 +157,35 @@ def test_worker_grace_period_covers_soft_shutdown_and_an_attempt(services) -> No
 
 def test_worker_environment(services) -> None:
     env = environment(services["worker"])
-    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["REDIS_URL"].endswith("@redis:6379/0")
     assert env["HOOKLINE_LOG_FORMAT"] == "json"
     assert env["HOOKLINE_METRICS_PORT"].isdigit()
-    assert env["HOOKLINE_ALLOWED_NETWORKS"]
+
+
+def test_ssrf_allowlist_is_empty_unless_the_demo_sets_the_receiver_alone(compose,
+                                                                         services) -> None:
+    """By default the SSRF guard refuses every private address (no compose service, not the
+    Docker host's gateway); the demo admits one address: the receiver's, on an internal
+    network of its own, and the receiver exists only in the demo profile."""
+    import ipaddress
+
+    assert environment(services["worker"])["HOOKLINE_ALLOWED_NETWORKS"] == (
+        "${HOOKLINE_ALLOWED_NETWORKS:-}")
+    receiver = services["receiver"]
+    assert receiver["profiles"] == ["demo"]
+    address = receiver["networks"]["demo"]["ipv4_address"]
+    demo = compose["networks"]["demo"]
+    assert demo["internal"] is True
+    subnet = ipaddress.ip_network(demo["ipam"]["config"][0]["subnet"])
+    assert ipaddress.ip_address(address) in subnet
+    assert "demo" in services["worker"]["networks"]
+    for name, service in services.items():
+        if name not in ("worker", "receiver"):
+            assert "demo" not in (service.get("networks") or []), name
+    header = COMPOSE_FILE.read_text().split("services:")[0]
+    assert f"HOOKLINE_ALLOWED_NETWORKS={address}/32 docker compose --profile demo up" in header
+    assert f"HOOKLINE_ALLOWED_NETWORKS={address}/32 docker compose --profile demo up" in (
+        ROOT / "README.md").read_text()
 
 
 def test_dead_letter_spool_is_per_replica_storage(services) -> None:
@@ -159,7 +209,7 @@ def test_flower_bounded_and_behind_basic_auth(services) -> None:
         "credentials belong in the environment, not in a command line shown by ps"
     )
     auth = environment(flower)["FLOWER_BASIC_AUTH"]
-    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH[:?-].*\}", auth), auth
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH:\?[^}]+\}", auth), "no default password"
     assert any(str(port).endswith(":5555") for port in flower["ports"])
 
 
@@ -171,7 +221,7 @@ def test_web_runs_the_flask_example_on_port_8000(services) -> None:
     assert command[command.index("--host") + 1] == "0.0.0.0"  # reachable through the port
     assert "127.0.0.1:8000:8000" in [str(port) for port in web["ports"]]
     env = environment(web)
-    assert env["REDIS_URL"] == "redis://redis:6379/0"  # the workers' Redis
+    assert env["REDIS_URL"] == environment(services["worker"])["REDIS_URL"]  # the workers' Redis
     assert env["ORDERS_WEBHOOK_ENDPOINT"]
 
 
@@ -391,17 +441,50 @@ def _compose_plugin() -> str | None:
     return docker if result.returncode == 0 else None
 
 
+#: The variables the file interpolates; the secrets have no default.
+SECRETS = {"REDIS_PASSWORD": "0123abcd" * 3, "FLOWER_BASIC_AUTH": "admin:s3cret"}
+_OPTIONAL = ("HOOKLINE_ALLOWED_NETWORKS", "REDIS_MAXMEMORY")
+
+
+def _compose_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*SECRETS, *_OPTIONAL)}
+    return {**env, **extra}
+
+
+def _config(command: list[str], file: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([*command, "-f", str(file), "config", "-q"], cwd=ROOT,
+                          capture_output=True, text=True, check=False, env=env, timeout=60)
+
+
 @pytest.mark.skipif(_compose_plugin() is None,
                     reason="the docker CLI's Compose plugin is not installed "
                            "(`docker compose version` fails); the file checks above still run")
 def test_docker_compose_config_accepts_the_file() -> None:
     docker = _compose_plugin()
     assert docker is not None
-    # The file's own defaults must do: none of the variables it interpolates is set.
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("FLOWER_BASIC_AUTH", "HOOKLINE_ALLOWED_NETWORKS")}
-    result = subprocess.run([docker, "compose", "-f", str(COMPOSE_FILE), "config", "-q"],
-                            cwd=ROOT, capture_output=True, text=True, check=False, env=env,
-                            timeout=60)
+    result = _config([docker, "compose"], COMPOSE_FILE, _compose_env(**SECRETS))
     assert result.returncode == 0, result.stderr
     assert result.stderr == "", result.stderr  # no warnings (obsolete keys, unset variables)
+    for secret in SECRETS:
+        missing = _config([docker, "compose"], COMPOSE_FILE,
+                          _compose_env(**{k: v for k, v in SECRETS.items() if k != secret}))
+        assert missing.returncode != 0 and secret in missing.stderr, secret
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None,
+                    reason="docker-compose (v1, Debian's package) is not installed")
+def test_docker_compose_v1_validates_the_services_and_requires_the_secrets(tmp_path) -> None:
+    """Compose v1 (1.29) checks the services, networks and volumes against its schema and
+    interpolates the variables; it predates the top-level ``name``, which is left out here."""
+    document = yaml.safe_load(COMPOSE_FILE.read_text())
+    document.pop("name")
+    copy = tmp_path / "docker-compose.yml"
+    copy.write_text(yaml.safe_dump(document))
+    command = [shutil.which("docker-compose") or "docker-compose"]
+    result = _config(command, copy, _compose_env(**SECRETS))
+    assert result.returncode == 0, result.stderr
+    for secret in SECRETS:
+        missing = _config(command, copy,
+                          _compose_env(**{k: v for k, v in SECRETS.items() if k != secret}))
+        assert missing.returncode != 0, secret
+        assert f"set {secret}" in missing.stderr, missing.stderr
