@@ -87,7 +87,9 @@ def shown_positional(args: Any) -> str:
     """``argsrepr`` of a delivery, for Flower's task events and the worker's log: the payload
     (third argument) as its size, ids and the event type as they are, anything unexpected by
     its type. Never raises."""
-    positional = list(args) if isinstance(args, list | tuple) else [args]
+    if not isinstance(args, list | tuple):
+        return repr((f"<{type(args).__name__}>",))  # not a delivery's: may be the payload
+    positional = list(args)
     return repr(tuple(_shown_payload(value) if index == 2 else _shown_value(value)
                       for index, value in enumerate(positional)))
 
@@ -95,6 +97,8 @@ def shown_positional(args: Any) -> str:
 def shown_keywords(kwargs: Any) -> str:
     """``kwargsrepr`` of a delivery: ``payload=`` as its size, the event id, deadline and
     Hookline's bookkeeping as they are, anything unexpected by its type. Never raises."""
-    named = kwargs if isinstance(kwargs, dict) else {}
+    if not isinstance(kwargs, dict):
+        return repr(f"<{type(kwargs).__name__}>")
+    named = kwargs
     return repr({str(key): _shown_payload(value) if key == "payload" else _shown_value(value)
                  for key, value in named.items()})
