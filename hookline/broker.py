@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from time import monotonic, time
 from typing import Any
 
@@ -69,15 +70,28 @@ HELD_ENDPOINTS = 64
 _KOMBU_SWEEP_CALL_PERIOD = 10
 
 
+#: Called with ``[(task id, endpoint id, event id, reason, countdown seconds), ...]`` for the
+#: deliveries each consume call parked (the worker's consumer sets it: Flower is told they
+#: wait for a retry, hookline/worker/consumer.py); None: nobody listens.
+on_parked: Callable[[list[tuple[str, str, str, str, float]]], None] | None = None
+
+
 def _report_parked(entries: list[Any]) -> None:
     """Log and count the deliveries consume.lua parked for held endpoints: each is a deferral,
     the same as a worker would have logged."""
+    if not entries:
+        return
+    parked = []
     for entry in entries:
-        endpoint_id, event_id, reason, countdown = bytes_to_str(entry).split("\t")
+        endpoint_id, event_id, reason, countdown_ms, task_id = loads(bytes_to_str(entry))
+        countdown = round(int(float(countdown_ms)) / 1000.0, 3)
         log_event("delivery.deferred", endpoint_id=endpoint_id, event_id=event_id,
-                  reason=reason, countdown=round(int(float(countdown)) / 1000.0, 3),
-                  by="consumer")
+                  reason=reason, countdown=countdown, by="consumer")
         metrics.count_deferral(endpoint_id, reason)
+        parked.append((str(task_id), endpoint_id, event_id, reason, countdown))
+    listener = on_parked
+    if listener is not None:
+        listener(parked)
 
 
 class QoS(kombu_redis.QoS):

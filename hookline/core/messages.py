@@ -60,3 +60,45 @@ def shown_args(endpoint_id: str, event_type: str, payload: Any, *,
     content (it may hold personal data)."""
     size = payload_size(payload) if size is None else size
     return repr((endpoint_id, event_type, f"<payload: {size} bytes>"))
+
+
+#: Longest text of one argument Flower is shown (an id or an event type; longer is cut).
+SHOWN_TEXT = 100
+
+
+def _shown_payload(payload: Any) -> str:
+    try:
+        return f"<payload: {payload_size(payload)} bytes>"
+    except (TypeError, ValueError, RecursionError):
+        return f"<payload: {type(payload).__name__}, not JSON>"
+
+
+def _shown_value(value: Any) -> Any:
+    """An id, a type, a number or None as it is (text cut at ``SHOWN_TEXT``); anything else
+    by its type only: a malformed message's argument may be the payload itself."""
+    if isinstance(value, str):
+        return value if len(value) <= SHOWN_TEXT else value[:SHOWN_TEXT] + "..."
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return f"<{type(value).__name__}>"
+
+
+def shown_positional(args: Any) -> str:
+    """``argsrepr`` of a delivery, for Flower's task events and the worker's log: the payload
+    (third argument) as its size, ids and the event type as they are, anything unexpected by
+    its type. Never raises."""
+    if not isinstance(args, list | tuple):
+        return repr((f"<{type(args).__name__}>",))  # not a delivery's: may be the payload
+    positional = list(args)
+    return repr(tuple(_shown_payload(value) if index == 2 else _shown_value(value)
+                      for index, value in enumerate(positional)))
+
+
+def shown_keywords(kwargs: Any) -> str:
+    """``kwargsrepr`` of a delivery: ``payload=`` as its size, the event id, deadline and
+    Hookline's bookkeeping as they are, anything unexpected by its type. Never raises."""
+    if not isinstance(kwargs, dict):
+        return repr(f"<{type(kwargs).__name__}>")
+    named = kwargs
+    return repr({str(key): _shown_payload(value) if key == "payload" else _shown_value(value)
+                 for key, value in named.items()})

@@ -20,9 +20,9 @@ from hookline.core.messages import (
     DELIVERY_QUEUE,
     TASK_NAME,
     delivery_headers,
-    shown_args,
     stamped,
 )
+from hookline.delivery.amqp import AMQP_CLASS
 
 _lock = threading.Lock()
 _app: tuple[Settings, Celery] | None = None
@@ -40,7 +40,7 @@ def celery_app() -> Celery:
         if _app is None or _app[0] is not config:
             from hookline import celeryconfig
 
-            built = Celery("hookline", set_as_current=False, fixups=[])
+            built = Celery("hookline", set_as_current=False, fixups=[], amqp=AMQP_CLASS)
             built.config_from_object(celeryconfig)
             built.conf.update(celeryconfig.broker_settings(config))
             # The previous app is dropped, not closed: its connection pool is kombu's pool for
@@ -57,9 +57,7 @@ def publish(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = N
     for the broker's consume script; Flower shows the payload's size, not its content."""
     task_id = task_id or uuid()
     kwargs = stamped(dict(kwargs or {}))
-    args = tuple(args)
-    if len(args) >= 3 and isinstance(args[0], str) and isinstance(args[1], str):
-        options.setdefault("argsrepr", shown_args(args[0], args[1], args[2]))
+    args = tuple(args)  # argsrepr/kwargsrepr (the payload's size): hookline.delivery.amqp
     headers = {**options.pop("headers", {}), **delivery_headers(args, kwargs, task_id)}
     return celery_app().send_task(TASK_NAME, args=args, kwargs=kwargs, task_id=task_id,
                                   queue=queue, headers=headers, **options)
@@ -85,6 +83,10 @@ class DeliverHandle:
             if refused in options:
                 raise TypeError(f"{refused} is not supported: a delivery goes out now, and "
                                 "retries wait in Hookline's schedule (pass deadline= instead)")
+        for refused in ("argsrepr", "kwargsrepr"):
+            if refused in options:
+                raise TypeError(f"{refused} is not supported: Flower and the logs are shown "
+                                "the payload's size, never its content")
         return publish(args or (), kwargs, **options)
 
     def __repr__(self) -> str:

@@ -35,7 +35,8 @@ def park(celery_app: Any, schedule: RetrySchedule, *, task_id: str, args: list[A
 
 def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | None, reason: str,
                            exception: Any, *, last_status: int | None = None,
-                           last_error: str = "", dlq: DeadLetterQueue | None = None) -> None:
+                           last_error: str = "", dlq: DeadLetterQueue | None = None,
+                           level: int = logging.ERROR) -> None:
     """Dead-letter a delivery the engine did not finish (malformed, a bug, a full schedule),
     with whatever of its arguments can be read."""
     args = list(args) + [None] * 3
@@ -56,7 +57,7 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     )
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
-    log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id=entry.endpoint_id,
+    log_event("delivery.dead_lettered", level=level, endpoint_id=entry.endpoint_id,
               event_id=entry.event_id, reason=reason, error=type(exception).__name__)
 
 
@@ -80,6 +81,10 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
     if retries:
         log_event("schedule.dead_lettered", level=logging.WARNING, endpoint_id=endpoint_id,
                   reason=reason, count=len(retries))
+        # Flower last heard RETRY for these: tell it they failed (best effort, never raises).
+        from hookline.delivery import announce
+
+        announce.dead_lettered((retry.task_id, reason) for retry in retries)
     return len(retries)
 
 

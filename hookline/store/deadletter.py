@@ -44,13 +44,14 @@ REASONS = {
     "endpoint_gone": "the receiver answered 410 Gone; the endpoint was disabled",
     "endpoint_disabled": "the endpoint is disabled",
     "endpoint_removed": "the endpoint does not exist (removed, or never added)",
-    "expired": "past the event's deadline",
+    "expired": "past the event's deadline (or a Celery expires)",
     "refused": "the target URL cannot be requested",
     "malformed": "the task message is not a valid event",
     "worker_lost": "workers died while sending it, again and again",
     "retry_failed": "the retry could not be scheduled",
     "backlog_full": "the retry schedule is at its cap (in all or for the endpoint)",
     "error": "an unexpected error in Hookline",
+    "revoked": "its task was revoked (Flower, celery control revoke)",
 }
 
 #: Entries removed per transaction when trimming.

@@ -83,6 +83,8 @@ class ScheduledRetry:
     first_attempt_at: float | None
     last_status: int | None
     last_error: str
+    #: The Celery task id of its message (Flower's task), or "" if the message has none.
+    task_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,20 @@ def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: 
 
 def decode_message(message: str) -> tuple[list[Any], dict[str, Any]]:
     """The task arguments inside a broker message built by :func:`build_message`."""
+    _task_id, args, kwargs = decode_task(message)
+    return args, kwargs
+
+
+def decode_task(message: str) -> tuple[str, list[Any], dict[str, Any]]:
+    """The task id ("" if none) and arguments inside a broker message."""
     envelope = json.loads(message)
     body = envelope["body"]
     if envelope["properties"].get("body_encoding") == "base64":
         body = base64.b64decode(body)
     args, kwargs, _embed = json.loads(body)
-    return list(args), dict(kwargs)
+    headers = envelope.get("headers")
+    task_id = headers.get("id") if isinstance(headers, dict) else None
+    return str(task_id or ""), list(args), dict(kwargs)
 
 
 class RetrySchedule:
@@ -259,7 +269,7 @@ class RetrySchedule:
                 if meta_text is None or message is None:
                     continue  # left the schedule since the id was read
                 meta = json.loads(meta_text)
-                args, kwargs = decode_message(message)
+                task_id, args, kwargs = decode_task(message)
                 yield ScheduledRetry(
                     id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
                     event_type=args[1] if len(args) > 1 else "",
@@ -267,6 +277,7 @@ class RetrySchedule:
                     due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
                     first_attempt_at=kwargs.get("first_attempt_at"),
                     last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
+                    task_id=task_id,
                 )
 
     def _complete_index(self, endpoint_id: str) -> None:

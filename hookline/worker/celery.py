@@ -10,10 +10,13 @@ app and its ``@shared_task`` tasks stay where they were. Its settings come from
 from celery import Celery
 
 from hookline.core.messages import TASK_NAME
+from hookline.delivery.amqp import AMQP_CLASS
 
 # fixups=[]: Celery would otherwise set up a Django project named by DJANGO_SETTINGS_MODULE in
-# the environment, which is the host's business, not Hookline's worker's.
-app = Celery("hookline", set_as_current=False, include=["hookline.worker.tasks"], fixups=[])
+# the environment, which is the host's business, not Hookline's worker's. amqp: the payload's
+# size, not its content, in task events; the broker's URL as redis:// for Flower.
+app = Celery("hookline", set_as_current=False, include=["hookline.worker.tasks"], fixups=[],
+             amqp=AMQP_CLASS)
 app.config_from_object("hookline.celeryconfig")
 # The worker's start-up glue: version check, releaser, metrics server, JSON logs.
 app.conf.imports = ("hookline.worker.boot",)

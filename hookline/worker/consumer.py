@@ -12,6 +12,7 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
+from hookline import broker
 from hookline.delivery.retries import dead_letter_raw
 
 #: How long task events (for Flower) are gathered before they are published as one message.
@@ -19,8 +20,8 @@ EVENT_FLUSH_INTERVAL = 0.1
 
 
 class HooklineConsumer(Consumer):
-    """Celery's consumer with two changes: unusable messages are dead-lettered (below), and
-    task events are published in batches.
+    """Celery's consumer with three changes: unusable messages are dead-lettered (below), task
+    events are published in batches, and deliveries the broker parks are shown to Flower.
 
     Celery buffers task events and publishes the buffer on the event loop's next turn, which
     on a busy worker is one Redis publish per event, three per delivery: a tenth of a
@@ -29,6 +30,22 @@ class HooklineConsumer(Consumer):
     """
 
     _events_flush_pending = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        broker.on_parked = self._announce_parked
+
+    def _announce_parked(self, parked: list[tuple[str, str, str, str, float]]) -> None:
+        """Deliveries the consume script parked for held endpoints never reach a task: tell
+        Flower they wait for a retry (``task-retried``, RETRY) instead of leaving them PENDING
+        with no worker. Buffered with the other task events (one publish per batch)."""
+        dispatcher = getattr(self, "event_dispatcher", None)
+        if dispatcher is None or not dispatcher.enabled:
+            return
+        for task_id, _endpoint_id, _event_id, reason, countdown in parked:
+            dispatcher.send("task-retried", uuid=task_id, traceback="",
+                            exception=f"deferred by the consumer: {reason}, "
+                                      f"next look in {countdown:g}s")
 
     def on_send_event_buffered(self) -> None:
         # Called from pool threads: only call_soon is safe there; the timer is set on the loop.

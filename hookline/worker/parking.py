@@ -63,6 +63,17 @@ class ParkingTask(Task):
             raise retry from None
         return retry
 
+    def _tell_flower_dead_lettered(self, reason: str) -> None:
+        """A task that ends with ``Ignore`` sends no event of its own: Flower would show it
+        STARTED for good. Rare (a full schedule), so a publish of its own is fine."""
+        if not self.app.conf.worker_send_task_events:
+            return
+        try:
+            self.send_event("task-failed", retry=False, traceback="",
+                            exception=repr({"outcome": "dead_lettered", "reason": reason}))
+        except Exception as exc:  # Flower's view must never cost the dead letter
+            log_event("flower.event_failed", level=logging.WARNING, error=type(exc).__name__)
+
     def _park(self, args: list[Any], kwargs: dict[str, Any], countdown: float,
               status: int | None, error: str) -> None:
         request = self.request
@@ -76,6 +87,7 @@ class ParkingTask(Task):
                       event_id=kwargs["event_id"], which=full.which)
             retries.dead_letter_unexpected(args, kwargs, request.id, "backlog_full", full,
                                            last_status=status, last_error=error)
+            self._tell_flower_dead_lettered("backlog_full")
             raise Ignore() from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Redis is unreachable (down, restarting, loading its AOF): the message itself is

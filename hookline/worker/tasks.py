@@ -7,13 +7,15 @@ exception through Celery (a traceback per retry was most of a retry's cost).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 import redis
-from celery.signals import task_failure
+from celery.signals import task_failure, task_revoked
 
 from hookline.core import metrics
+from hookline.core.errors import HooklineError
 from hookline.core.event import MalformedEvent, to_timestamp, validate_event
 from hookline.core.messages import TASK_NAME
 from hookline.delivery.engine import Deferred, DeliveryEngine, DeliveryRequest, RetryDue
@@ -28,6 +30,8 @@ class DeliveryTask(ParkingTask):
     max_retries = None  # the retry policy decides when to stop, and dead-letters the event
     acks_late = True
     engine: DeliveryEngine | None = None
+    # What Flower is told (SUCCESS, RETRY or FAILURE by Hookline's outcome; the payload's size).
+    Request = "hookline.worker.request:DeliveryRequest"
 
 
 @app.task(bind=True, base=DeliveryTask, name=TASK_NAME, shared=False)
@@ -80,3 +84,28 @@ def _on_failure(sender: Any = None, task_id: str | None = None, exception: Any =
 
     if not isinstance(exception, Reject):
         dead_letter_unexpected(args or (), kwargs or {}, task_id, "error", exception)
+
+
+class DeliveryRevoked(HooklineError):
+    """A delivery's task was revoked (Flower, ``celery control revoke``) or had expired."""
+
+
+@task_revoked.connect(sender=deliver)
+def _on_revoked(sender: Any = None, request: Any = None, terminated: bool = False,
+                signum: Any = None, expired: bool = False, **_: Any) -> None:
+    """A revoked delivery ends in the dead-letter queue (reason ``revoked``, or ``expired``
+    past a Celery ``expires``), ready for ``hookline dlq replay``, instead of vanishing.
+
+    Celery discards a revoked task's message when a worker that knows the revocation meets
+    it: before it ran, or when its retry comes back from the schedule (the same task id), or,
+    with ``terminate=True`` under the prefork pool, kills it while it runs (an attempt that
+    may have been sent: a replay's idempotency gate stops a second send if it was
+    delivered). Revocations live in the worker's memory (``--statedb`` keeps them across
+    restarts). A replay publishes under a new task id, so the revocation does not catch it.
+    """
+    if request is None:
+        return
+    reason = "expired" if expired else "revoked"
+    how = "terminated while running" if terminated else "discarded before it ran"
+    dead_letter_unexpected(request.args or (), request.kwargs or {}, request.id, reason,
+                           DeliveryRevoked(f"{reason}: {how}"), level=logging.WARNING)

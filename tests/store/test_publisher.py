@@ -134,3 +134,42 @@ def test_a_hosts_celery_broker_url_does_not_redirect_hookline(quiet_redis):
     assert hookline_broker.endswith(f"@127.0.0.1:{url['port']}/{url['db']}")
     [message] = queued(quiet_redis)
     assert message["headers"]["hookline_event"] == "ev-env"
+
+
+def test_no_payload_content_in_any_task_event_field(quiet_redis):
+    """By keyword, with extra arguments, or from a retry built for the schedule: argsrepr and
+    kwargsrepr (task-sent here, task-received in the worker) show the payload's size only."""
+    from hookline.delivery.publisher import celery_app
+    from hookline.store.schedule import build_message
+
+    hookline.deliver.delay("shop", "order.created", payload={"card": "4111 1111"})
+    hookline.deliver.delay("shop", "order.created", {"card": "4111 1111"}, "ev-9", None)
+    for message in queued(quiet_redis):
+        shown = message["headers"]["argsrepr"] + message["headers"]["kwargsrepr"]
+        assert "4111" not in shown and "<payload: 20 bytes>" in shown
+    retry = json.loads(build_message(celery_app(), task_name=TASK_NAME, task_id="t-1",
+                                     args=["shop", "order.created", {"card": "4111 1111"}],
+                                     kwargs={"event_id": "e-1", "attempts": 1}, retries=1,
+                                     queue="hookline.retry"))
+    assert "4111" not in retry["headers"]["argsrepr"] + retry["headers"]["kwargsrepr"]
+    assert "'attempts': 1" in retry["headers"]["kwargsrepr"]
+
+
+def test_argsrepr_and_kwargsrepr_are_refused():
+    for option in ("argsrepr", "kwargsrepr"):
+        with pytest.raises(TypeError, match=option):
+            hookline.deliver.apply_async(("shop", "order.created", {}), **{option: "x"})
+
+
+def test_flower_sees_the_broker_as_redis():
+    """Flower picks its Broker tab's client by the scheme of the URL the app's connection
+    reports; Hookline's transport is still the one used."""
+    from hookline.broker import Transport
+    from hookline.delivery.publisher import celery_app
+    from hookline.worker.celery import app
+
+    for celery in (app, celery_app()):
+        with celery.connection_for_write() as connection:
+            assert connection.as_uri().startswith("redis://")
+            assert connection.info()["transport"] == "redis"
+            assert isinstance(connection.transport, Transport)

@@ -40,7 +40,8 @@
 --              {'more', '', parked...} when ARGV[5] deliveries were parked: call again;
 --              {'need', endpoint id, parked...} when the next message is for an endpoint whose
 --                keys were not passed: it stays on its list; call again with them.
---              parked: "endpoint id \t event id \t reason \t countdown ms" per parked delivery.
+--              parked: per parked delivery, the JSON array [endpoint id, event id, reason,
+--                countdown ms, task id].
 --#include piece_clock.lua
 --#include piece_held.lua
 --#include piece_park.lua
@@ -117,7 +118,11 @@ while i <= last_queue do
                                     now_ms + countdown, item, meta, tonumber(ARGV[3]),
                                     tonumber(ARGV[4])) then
       redis.call('RPOP', KEYS[i])
-      parked[#parked + 1] = endpoint .. '\t' .. event .. '\t' .. why .. '\t' .. countdown
+      local task_id = headers['id']
+      if type(task_id) ~= 'string' then
+        task_id = event
+      end
+      parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
       if #parked >= budget then
         return reply('more', '')
       end
