@@ -41,7 +41,7 @@ test-fast: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
 	$(BIN)/pytest tests/unit tests/store $(PYTEST_ARGS)
 
-# The broker, crash and held-endpoint tests at each end of the celery/kombu/billiard range
+# The broker, crash, held-endpoint and Flower tests at each end of the celery/kombu/billiard range
 # pyproject.toml declares: COMPAT=lowest (compat.SUPPORTED's lower bounds), newest (what pip
 # resolves today) or all (both, the default). Each end in a throwaway virtualenv in .compat/.
 COMPAT ?= all

@@ -47,6 +47,12 @@ REQUIRED_NAMES = {
         "on_send_event_buffered", "_flush_events", "on_decode_error", "on_unknown_message",
         "on_unknown_task", "on_invalid_task",
     ),
+    # What Flower is told (hookline/worker/request.py, hookline/delivery/amqp.py).
+    "celery.worker.request:Request": (
+        "send_event", "argsrepr", "kwargsrepr", "_request_dict", "_args", "_kwargs",
+    ),
+    "celery.app.amqp:AMQP": ("as_task_v2", "Connection"),
+    "kombu.connection:Connection": ("resolve_aliases",),
 }
 
 

@@ -322,15 +322,17 @@ def _answers(client: redis.Redis) -> bool:
 
 
 
-def wait_until(condition, timeout: float = 20.0, interval: float = 0.05):
-    """Poll ``condition`` until it returns something truthy; fail the test on timeout."""
+def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what=None):
+    """Poll ``condition`` until it returns something truthy; fail the test on timeout (saying
+    ``what()`` if given: the state that was not reached)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
+            detail = f": {what()}" if what is not None else ""
+            pytest.fail(f"condition not met within {timeout}s{detail}")
         time.sleep(interval)
 
 

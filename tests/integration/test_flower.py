@@ -161,8 +161,10 @@ def test_flower_shows_each_delivery_as_hookline_ended_it(flower, worker, receive
     for task_id in (deferred, parked_by_consumer, to_revoke, to_disable):
         wait_until(lambda t=task_id: hookline_outcome(*tasks[t]) == "RETRY")
     # Flower saw the retries parked: RETRY, not SUCCESS, and not PENDING with no worker.
-    for task_id in (deferred, parked_by_consumer, to_revoke, to_disable):
-        wait_until(lambda t=task_id: flower.state(t) == "RETRY", timeout=20)
+    for name, task_id in (("deferred", deferred), ("parked_by_consumer", parked_by_consumer),
+                          ("to_revoke", to_revoke), ("to_disable", to_disable)):
+        wait_until(lambda t=task_id: flower.state(t) == "RETRY", timeout=20,
+                   what=lambda n=name, t=task_id: f"{n} is {flower.state(t)} in Flower")
 
     # An operator revokes a delivery waiting in the retry schedule; when its retry comes back
     # (made due now), the worker that knows the revocation dead-letters it: reason revoked.
