@@ -83,6 +83,8 @@ class ScheduledRetry:
     first_attempt_at: float | None
     last_status: int | None
     last_error: str
+    #: When the event was published (the message's ``enqueued_at``), as the message carries it.
+    enqueued_at: Any = None
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,7 @@ class RetrySchedule:
                     due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
                     first_attempt_at=kwargs.get("first_attempt_at"),
                     last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
+                    enqueued_at=kwargs.get("enqueued_at"),
                 )
 
     def _complete_index(self, endpoint_id: str) -> None:
