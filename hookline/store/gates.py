@@ -3,8 +3,9 @@
 Admit, in order: an event id bound to another content is a conflict (the id is an
 idempotency key, ``hookline.core.identity``); an event already delivered is not sent again
 (the idempotency ``done`` marker); a removed or disabled endpoint gets nothing; an event
-another worker is sending waits (the in-flight lease); an open circuit breaker, a half-open one whose single probe is out, a
-Retry-After block or a spent rate budget defer the event (not an attempt: it consumes no retry).
+another worker is sending waits (the in-flight lease); an open circuit breaker, a half-open
+one whose single probe is out, a Retry-After block or a spent rate budget defer the event (not
+an attempt: it consumes no retry).
 Settle records the outcome: done marker, breaker failure count and state, Retry-After block,
 and the attempt in the event's history and the endpoint's recent record
 (``hookline.store.history``).
