@@ -3,7 +3,7 @@ event, with another content a conflict, refused at enqueue and dead-lettered in 
 And the body is fixed at publish: its timestamp is the message's ``enqueued_at``.
 
 Real Redis; the worker side runs the engine in-process with a fake sender (the worker-process
-versions are in tests/integration/test_identity.py and tests/faults/test_body_fixed.py)."""
+versions are in tests/integration/test_event_ids_e2e.py and tests/faults/test_body_fixed.py)."""
 
 from __future__ import annotations
 
