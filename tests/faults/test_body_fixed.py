@@ -16,6 +16,7 @@ import pytest
 import redis
 from standardwebhooks import Webhook
 
+import hookline.celeryconfig  # noqa: F401  (see the isolated fixture)
 from examples.receiver import Reply
 from hookline import deliver, send_webhook
 from hookline.core import config
@@ -29,7 +30,10 @@ ENV = {"REDIS_URL": URL, "CELERY_VISIBILITY_TIMEOUT": "15"}
 
 @pytest.fixture
 def isolated() -> Iterator[redis.Redis]:
-    """The test process publishes to database 12 too, so no other worker takes the events."""
+    """The test process publishes to database 12 too, so no other worker takes the events.
+    ``hookline.celeryconfig`` was imported above, with the session's settings: it reads the
+    broker once, at import, and the worker app of the test process (other tests publish
+    through it) must not be left on database 12."""
     for client in flushed(URL):
         config.configure({"REDIS_URL": URL, "HOOKLINE_BROKER_URL": URL})
         try:
