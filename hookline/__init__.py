@@ -24,16 +24,18 @@ __version__ = "0.2.0"
 if TYPE_CHECKING:
     from hookline.core.errors import HooklineError
     from hookline.delivery.publisher import deliver
-    from hookline.enqueue import WebhookInputError, send_webhook
+    from hookline.enqueue import EventIdConflict, WebhookInputError, send_webhook
 
 _LAZY = {
     "send_webhook": "hookline.enqueue",
     "WebhookInputError": "hookline.enqueue",
+    "EventIdConflict": "hookline.enqueue",
     "deliver": "hookline.delivery.publisher",
     "HooklineError": "hookline.core.errors",
 }
 
-__all__ = ["HooklineError", "WebhookInputError", "__version__", "deliver", "send_webhook"]
+__all__ = ["EventIdConflict", "HooklineError", "WebhookInputError", "__version__", "deliver",
+           "send_webhook"]
 
 
 def __getattr__(name: str) -> Any:

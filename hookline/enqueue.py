@@ -11,13 +11,29 @@ from typing import Any
 from hookline.core.config import settings
 from hookline.core.errors import HooklineError
 from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.identity import content_digest
 from hookline.core.messages import shown_args
 from hookline.delivery.publisher import publish
 from hookline.store.endpoints import EndpointRegistry, UnknownEndpoint
+from hookline.store.identity import Claim, claims
 
 
 class WebhookInputError(HooklineError, ValueError):
     """The event cannot be enqueued as given; the message says why."""
+
+
+class EventIdConflict(WebhookInputError):
+    """The event id was already used for this endpoint with another event type or payload: an
+    event id is an idempotency key, so the same id must always carry the same content."""
+
+    def __init__(self, endpoint_id: str, event_id: str) -> None:
+        super().__init__(
+            f"event id {event_id!r} was already sent to endpoint {endpoint_id!r} with a "
+            "different event type or payload: an event id names one event (the same id "
+            "with the same content is delivered once); give new content a new id"
+        )
+        self.endpoint_id = endpoint_id
+        self.event_id = event_id
 
 
 @dataclass(frozen=True)
@@ -41,10 +57,16 @@ def prepare_event(
     *,
     deadline: float | datetime | None = None,
     registry: EndpointRegistry | None = None,
+    bind: bool = True,
 ) -> PreparedEvent:
     """The checks of :func:`send_webhook`, without enqueueing; raises
-    :class:`WebhookInputError`. The payload is copied as JSON, so an event enqueued later (on
-    a transaction's commit) is the one validated now even if the caller's object changes."""
+    :class:`WebhookInputError` (:class:`EventIdConflict` for a used id with other content).
+    The payload is copied as JSON, so an event enqueued later (on a transaction's commit) is
+    the one validated now even if the caller's object changes.
+
+    One Redis round trip: the endpoint exists, and the event id is free or bound to this
+    content; ``bind`` binds a free id now (``False``: only check, for an event that may never
+    be enqueued, such as one waiting for a commit; the worker binds it then)."""
     event_id = event_id or str(uuid.uuid4())
     try:
         text = validate_event(endpoint_id, event_type, payload, event_id)
@@ -56,11 +78,14 @@ def prepare_event(
         raise WebhookInputError(
             f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
         )
-    try:
-        (registry or EndpointRegistry()).require(endpoint_id)
-    except UnknownEndpoint as exc:
-        raise WebhookInputError(str(exc)) from None
-    return PreparedEvent(endpoint_id, event_type, json.loads(text), event_id, deadline_ts, size)
+    copy = json.loads(text)
+    claim = claims(registry.redis if registry else None).claim(
+        endpoint_id, event_id, content_digest(event_type, copy), bind=bind)
+    if claim is Claim.MISSING:
+        raise WebhookInputError(str(UnknownEndpoint(endpoint_id)))
+    if claim is Claim.CONFLICT:
+        raise EventIdConflict(endpoint_id, event_id)
+    return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size)
 
 
 def enqueue_prepared(event: PreparedEvent) -> str:
@@ -83,7 +108,10 @@ def send_webhook(
     """Validate and enqueue one event for one endpoint; returns its event id.
 
     Raises :class:`WebhookInputError` (unknown endpoint, non-JSON payload, payload over
-    ``HOOKLINE_MAX_PAYLOAD_BYTES``, bad event id or deadline) instead of enqueueing bad input.
+    ``HOOKLINE_MAX_PAYLOAD_BYTES``, bad event id or deadline) instead of enqueueing bad input,
+    and :class:`EventIdConflict` (a ``WebhookInputError``) when ``event_id`` was used for this
+    endpoint with another event type or payload. The same id with the same content is
+    enqueued again and delivered once.
     """
     return enqueue_prepared(prepare_event(endpoint_id, event_type, payload, event_id,
                                           deadline=deadline, registry=registry))

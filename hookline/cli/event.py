@@ -34,13 +34,24 @@ def _state(delivery: EventDelivery) -> str:
     }.get(delivery.state, delivery.state)
 
 
+def _conflict(delivery: EventDelivery) -> str | None:
+    entry = delivery.conflict
+    if entry is None:
+        return None
+    return (f"a copy with another type or payload was dead-lettered (conflict) "
+            f"{format_time(entry.dead_lettered_at)}; see 'hookline dlq show {entry.id}'")
+
+
 def _echo_delivery(delivery: EventDelivery) -> None:
-    echo_fields([
+    fields: list[tuple[str, Any]] = [
         ("event", delivery.event_id),
         ("endpoint", delivery.endpoint_id),
         ("state", _state(delivery)),
         ("attempts kept", len(delivery.attempts)),
-    ])
+    ]
+    if delivery.conflict is not None:
+        fields.append(("conflict", _conflict(delivery)))
+    echo_fields(fields)
     if not delivery.attempts:
         return
     click.echo()
@@ -72,7 +83,8 @@ def event_show(event_id: str, endpoint_id: str | None, as_json: bool) -> None:
     view = EventView()
     endpoint_ids = [endpoint_id] if endpoint_id else view.endpoints_of(event_id)
     deliveries = [view.delivery(found, event_id) for found in endpoint_ids]
-    deliveries = [found for found in deliveries if found.attempts or found.state != "pending"]
+    deliveries = [found for found in deliveries
+                  if found.attempts or found.state != "pending" or found.conflict]
     if not deliveries:
         where = f" at endpoint {endpoint_id!r}" if endpoint_id else ""
         kept = format_age(settings().history_retention)

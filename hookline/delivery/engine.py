@@ -21,6 +21,7 @@ from typing import Any
 
 from hookline.core import metrics
 from hookline.core.config import settings
+from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
 from hookline.core.policy import Outcome, classify, parse_retry_after, retry_countdown
 from hookline.delivery.retries import dead_letter_scheduled
@@ -49,7 +50,8 @@ class DeliveryRequest:
     first_attempt_at: float | None = None
     #: The rate-limit slot booked when the event was last deferred (ms of Redis time), or 0.
     rate_slot: int = 0
-    #: Unix time the event was published (stamped on every publish), for the delivery lag.
+    #: Unix time the event was published (stamped once, at publish, and kept by retries,
+    #: redeliveries and replays): the body's ``timestamp`` and the start of the delivery lag.
     enqueued_at: float | None = None
 
 
@@ -141,9 +143,15 @@ class DeliveryEngine:
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending")
+        digest = content_digest(request.event_type, request.payload)
         admission = self.gate.admit(request.endpoint_id, request.event_id, token,
-                                    rate_slot=request.rate_slot)
+                                    rate_slot=request.rate_slot, digest=digest)
         match admission.verdict:
+            case Verdict.CONFLICT:
+                return self.dead_letter(
+                    request, "conflict",
+                    detail="the event id was sent to this endpoint before with a different "
+                           "event type or payload; this copy was not sent")
             case Verdict.DUPLICATE:
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
@@ -168,7 +176,7 @@ class DeliveryEngine:
         if admission.transition:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
                       event_id=request.event_id)
-        return self._send(admission.endpoint, request, token, now)
+        return self._send(admission.endpoint, request, token, now, digest)
 
     @staticmethod
     def _defer(request: DeliveryRequest, reason: str, countdown: float) -> Deferred:
@@ -179,14 +187,17 @@ class DeliveryEngine:
         return Deferred(countdown, reason, request)
 
     def _send(
-        self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float
+        self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float,
+        digest: str = "",
     ) -> Finished | RetryDue:
         first_attempt_at = request.first_attempt_at or started
+        # The body is fixed at publish: its timestamp is the publish time the message carries,
+        # the same on every attempt, retry, redelivery and replay. A message published without
+        # one (a bare send_task) gets its first attempt's time, carried from then on.
+        published = request.enqueued_at or first_attempt_at
         request = replace(request, attempts=request.attempts + 1,
-                          first_attempt_at=first_attempt_at, rate_slot=0)
-        event = WebhookEvent(
-            request.event_id, request.event_type, request.payload, first_attempt_at
-        )
+                          first_attempt_at=first_attempt_at, rate_slot=0, enqueued_at=published)
+        event = WebhookEvent(request.event_id, request.event_type, request.payload, published)
         result = self._send_event(endpoint, event)
         ended = self._clock()
         outcome = Outcome.RETRY if result.status is None else classify(result.status)
@@ -201,7 +212,7 @@ class DeliveryEngine:
             latency=result.latency, error=result.error,
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
-        self._settle(endpoint, request, token, recorded, retry_after, record)
+        self._settle(endpoint, request, token, recorded, retry_after, record, digest)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if result.refused:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
@@ -210,7 +221,7 @@ class DeliveryEngine:
         if outcome is Outcome.DELIVERED:
             self._log_attempt("delivery.succeeded", request, result)
             metrics.count_outcome(endpoint.id, "delivered")
-            metrics.observe_lag(endpoint.id, ended - (request.enqueued_at or first_attempt_at))
+            metrics.observe_lag(endpoint.id, ended - published)
             return Finished("delivered", status=result.status)
         if outcome is Outcome.GONE:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
@@ -227,10 +238,10 @@ class DeliveryEngine:
         return self._schedule_retry(endpoint, request, result, ended, retry_after)
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
-                retry_after: float | None, record: AttemptRecord) -> None:
+                retry_after: float | None, record: AttemptRecord, digest: str = "") -> None:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
-                                      record=record)
+                                      record=record, digest=digest)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)
@@ -293,6 +304,7 @@ class DeliveryEngine:
                 last_status=result.status if result else None,
                 last_error=result.error if result else "",
                 detail=detail,
+                enqueued_at=request.enqueued_at,
             )
         )
         log_event("delivery.dead_lettered", level=logging.WARNING,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import http.client
 import itertools
 import socket
 import threading
@@ -32,8 +33,32 @@ from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_reso
 _current = threading.local()
 
 
+class StatusKeepingResponse(http.client.HTTPResponse):
+    """http.client's response, which raises when the answer's headers break its limits (more
+    than 100 headers, a line over 65,536 bytes) and forgets the status line it had read: here
+    the status travels on the exception (``status_of``), so the attempt's error can say that
+    the receiver answered, say, 200 with unreadable headers."""
+
+    def begin(self) -> None:
+        try:
+            super().begin()
+        except http.client.HTTPException as exc:
+            if isinstance(self.status, int):
+                exc.hookline_status = self.status  # type: ignore[attr-defined]
+            raise
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The status line's code read before ``exc`` (see :class:`StatusKeepingResponse`)."""
+    status = getattr(exc, "hookline_status", None)
+    return status if isinstance(status, int) else None
+
+
 class _Tracked:
-    """Remembers, per thread, the connection the current request runs on."""
+    """Remembers, per thread, the connection the current request runs on; its responses keep
+    their status line when their headers are malformed."""
+
+    response_class: type[http.client.HTTPResponse] = StatusKeepingResponse
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
         _current.connection = self

@@ -102,8 +102,16 @@ def replay_entries(queue: DeadLetterQueue, entries: list[DeadLetter], *,
 
 
 
+def _published(entry: DeadLetter) -> float | None:
+    """The publish time a replay carries: the event's own, so the replayed body is the one
+    first sent (entries older than ``enqueued_at`` have the first attempt's time, which was
+    the body's ``timestamp`` then)."""
+    return entry.enqueued_at or entry.first_attempt_at
+
+
 def _enqueue(entry: DeadLetter) -> None:
-    publish((entry.endpoint_id, entry.event_type, entry.payload), {"event_id": entry.event_id})
+    publish((entry.endpoint_id, entry.event_type, entry.payload),
+            {"event_id": entry.event_id, "enqueued_at": _published(entry)})
 
 
 def _park(entry: DeadLetter, countdown: float) -> None:
@@ -111,8 +119,9 @@ def _park(entry: DeadLetter, countdown: float) -> None:
     message = build_message(
         celery_app(), task_name=TASK_NAME, task_id=str(uuid.uuid4()),
         args=[entry.endpoint_id, entry.event_type, entry.payload],
-        # enqueued_at as a publish would stamp it: the delivery lag counts from the replay.
-        kwargs={"event_id": entry.event_id, "enqueued_at": time.time()}, retries=0,
+        # The event's own publish time: the body is the one first sent.
+        kwargs={"event_id": entry.event_id, "enqueued_at": _published(entry) or time.time()},
+        retries=0,
         queue=DELIVERY_QUEUE,
     )
     RetrySchedule().park(endpoint_id=entry.endpoint_id, event_id=entry.event_id,

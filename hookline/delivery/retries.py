@@ -9,7 +9,8 @@ import uuid
 from typing import Any
 
 from hookline.core import metrics
-from hookline.core.event import ENDPOINT_ID_PATTERN
+from hookline.core.event import ENDPOINT_ID_PATTERN, MalformedEvent
+from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
@@ -54,11 +55,19 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
         last_status=last_status,
         last_error=last_error or f"{type(exception).__name__}: {exception}"[:500],
         detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
+        enqueued_at=_publish_time_or_none(kwargs.get("enqueued_at")),
     )
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
     log_event("delivery.dead_lettered", level=level, endpoint_id=entry.endpoint_id,
               event_id=entry.event_id, reason=reason, error=type(exception).__name__)
+
+
+def _publish_time_or_none(value: Any) -> float | None:
+    try:
+        return publish_time(value)
+    except MalformedEvent:
+        return None
 
 
 def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
@@ -76,6 +85,7 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
             payload=retry.payload, reason=reason, attempts=retry.attempts,
             first_attempt_at=retry.first_attempt_at, last_status=retry.last_status,
             last_error=retry.last_error, detail="was scheduled for retry",
+            enqueued_at=_publish_time_or_none(retry.enqueued_at),
         ))
     schedule.unpark([retry.id for retry in retries])
     if retries:

@@ -9,7 +9,9 @@ the URL, so a token in a query string cannot leak into logs or the dead-letter q
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
+import re
 import socket
 import threading
 import time
@@ -33,7 +35,7 @@ from urllib3.exceptions import (
 from hookline import __version__
 from hookline.core.config import settings
 from hookline.core.ssrf import TargetRefused
-from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline
+from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline, status_of
 from hookline.store.endpoints import Endpoint
 
 USER_AGENT = f"hookline/{__version__}"
@@ -47,8 +49,9 @@ class WebhookEvent:
     id: str
     type: str
     payload: Any
-    #: When the event was first attempted (Unix seconds): the body's ``timestamp``, the same on
-    #: every retry so the body, and a receiver's deduplication, stay stable.
+    #: When the event was published (Unix seconds; the message's ``enqueued_at``): the body's
+    #: ``timestamp``, fixed at publish, so the body is byte-identical on every attempt, retry,
+    #: redelivery after a crash and replay.
     timestamp: float
 
     def body(self) -> str:
@@ -184,8 +187,45 @@ def read_capped(response: urllib3.BaseHTTPResponse, cap: int, deadline: float) -
     return kept.decode("utf-8", errors="replace")
 
 
+def _malformed(exc: BaseException) -> str | None:
+    """``malformed_response: ...`` when ``exc`` (or what it wraps: urllib3 puts http.client's
+    error in a ProtocolError) says the receiver's answer broke HTTP's rules, else None. A
+    connection the receiver closed before answering is not malformed (``RemoteDisconnected``)."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, http.client.HTTPException) and not isinstance(
+                error, http.client.RemoteDisconnected | http.client.IncompleteRead):
+            status = status_of(error)
+            after = f" after status {status}" if status is not None else ""
+            text = str(error)
+            limit = re.search(r"more than (\d+)", text)
+            over = f" (over {limit.group(1)}{'' if text.endswith('headers') else ' bytes'})" \
+                if limit else ""
+            if isinstance(error, http.client.LineTooLong):
+                what = ("status line too long" if "status line" in text
+                        else "header line too long") + over
+            elif text.startswith("got more than") and text.endswith("headers"):
+                what = "too many headers" + over
+            elif isinstance(error, http.client.BadStatusLine):
+                what = "bad status line"
+            else:
+                what = type(error).__name__
+            return f"malformed_response: {what}{after}"
+        pending += [arg for arg in error.args if isinstance(arg, BaseException)]
+        pending += [link for link in (error.__cause__, error.__context__) if link is not None]
+    return None
+
+
 def describe_error(exc: BaseException, *, reading: bool = False) -> str:
     """A short, URL-free description of a failed request (``reading``: of its body)."""
+    malformed = _malformed(exc)
+    if malformed is not None:
+        return malformed
     # Most specific first: urllib3's NameResolutionError is a NewConnectionError, which is a
     # ConnectTimeoutError.
     if isinstance(exc, NameResolutionError | socket.gaierror):

@@ -6,6 +6,9 @@ ids by when they were dead-lettered, and ``hookline:{dlq}:by_reason:<reason>`` d
 reason (so
 counting by reason reads no entry). An entry id is ``<endpoint id>/<event id>``: the same event
 sent to two endpoints has two entries, and dead-lettering an event again replaces its entry.
+A ``conflict`` (another content sent under a used event id) is kept apart, as
+``<endpoint id>/<event id>#conflict``, so it never replaces the entry of the event that owns
+the id.
 
 Entries older than ``HOOKLINE_DLQ_RETENTION`` are trimmed: by ``hookline dlq trim`` and, at most
 once a minute per process, when an entry is added. Never by size: a full dead-letter queue is an
@@ -52,7 +55,11 @@ REASONS = {
     "backlog_full": "the retry schedule is at its cap (in all or for the endpoint)",
     "error": "an unexpected error in Hookline",
     "revoked": "its task was revoked (Flower, celery control revoke)",
+    "conflict": "the event id was used before with another event type or payload",
 }
+
+#: Suffix of the entry id of a ``conflict`` dead letter.
+CONFLICT_SUFFIX = "#conflict"
 
 #: Entries removed per transaction when trimming.
 TRIM_BATCH = 500
@@ -82,10 +89,14 @@ class DeadLetter:
     last_error: str = ""
     dead_lettered_at: float = field(default_factory=time.time)
     detail: str = ""
+    #: When the event was published (Unix seconds): a replay carries it, so the replayed body
+    #: (its ``timestamp``) is the one first sent. None in entries older than this field.
+    enqueued_at: float | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.endpoint_id}/{self.event_id}"
+        suffix = CONFLICT_SUFFIX if self.reason == "conflict" else ""
+        return f"{self.endpoint_id}/{self.event_id}{suffix}"
 
     def to_json(self) -> str:
         return json.dumps({"id": self.id, **asdict(self)}, default=str)

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hookline.store import connection as store
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetter
 from hookline.store.history import AttemptRecord
 from hookline.store.keys import (
     DLQ_KEY,
@@ -37,6 +37,9 @@ class EventDelivery:
     dead_letter: DeadLetter | None = None
     #: Unix seconds (Redis time) when the scheduled retry is due.
     retry_due: float | None = None
+    #: The latest copy sent under this event id with another content, dead-lettered
+    #: (``conflict``); the event's own state is ``state``.
+    conflict: DeadLetter | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +52,10 @@ class EventDelivery:
                 if key != "payload"
             },
             "attempts": [asdict(record) for record in self.attempts],
+            "conflict": None if self.conflict is None else {
+                key: value for key, value in json.loads(self.conflict.to_json()).items()
+                if key != "payload"
+            },
         }
 
 
@@ -67,11 +74,11 @@ class EventView:
             match = EVENT_KEY.match(key)
             if match and match["event"] == event_id:
                 found.add(match["endpoint"])
-        entry_pattern = f"*/{glob_escaped(event_id)}"
+        entry_pattern = f"*/{glob_escaped(event_id)}*"
         for hash_key in (DLQ_KEY, META_KEY):
             for entry_id, _ in self.redis.hscan_iter(hash_key, match=entry_pattern, count=1000):
                 endpoint_id, _, event = entry_id.partition("/")
-                if event == event_id:
+                if event in (event_id, event_id + CONFLICT_SUFFIX):
                     found.add(endpoint_id)
         return sorted(found)
 
@@ -84,8 +91,9 @@ class EventView:
         pipe.zscore(DUE_KEY, entry_id)
         pipe.hexists(META_KEY, entry_id)
         pipe.exists(lease_key(endpoint_id, event_id))
-        records, done, due, scheduled, leased = pipe.execute()
-        dead_letter = DeadLetterQueue(self.redis).get(entry_id)
+        pipe.hmget(DLQ_KEY, [entry_id, entry_id + CONFLICT_SUFFIX])
+        records, done, due, scheduled, leased, (own, conflict) = pipe.execute()
+        dead_letter = DeadLetter.from_json(own) if own else None
         if done:
             state = "delivered"
         elif dead_letter is not None:
@@ -104,4 +112,5 @@ class EventView:
             dead_letter=dead_letter,
             # A retry claimed by a releaser for another broker has left the due set.
             retry_due=due / 1000.0 if scheduled and due else None,
+            conflict=DeadLetter.from_json(conflict) if conflict else None,
         )

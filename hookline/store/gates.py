@@ -1,9 +1,11 @@
 """The gates every send passes: one Lua script before (admit), one after (settle).
 
-Admit, in order: an event already delivered is not sent again (the idempotency ``done``
-marker); a removed or disabled endpoint gets nothing; an event another worker is sending waits
-(the in-flight lease); an open circuit breaker, a half-open one whose single probe is out, a
-Retry-After block or a spent rate budget defer the event (not an attempt: it consumes no retry).
+Admit, in order: an event id bound to another content is a conflict (the id is an
+idempotency key, ``hookline.core.identity``); an event already delivered is not sent again
+(the idempotency ``done`` marker); a removed or disabled endpoint gets nothing; an event
+another worker is sending waits (the in-flight lease); an open circuit breaker, a half-open
+one whose single probe is out, a Retry-After block or a spent rate budget defer the event (not
+an attempt: it consumes no retry).
 Settle records the outcome: done marker, breaker failure count and state, Retry-After block,
 and the attempt in the event's history and the endpoint's recent record
 (``hookline.store.history``).
@@ -34,6 +36,7 @@ from hookline.store.history import (
 
 class Verdict(enum.StrEnum):
     ADMITTED = "admitted"
+    CONFLICT = "conflict"
     DUPLICATE = "duplicate"
     MISSING = "missing"
     DISABLED = "disabled"
@@ -98,11 +101,13 @@ class Gate:
         self._admit = self.redis.register_script(store.load_script("admit"))
         self._settle = self.redis.register_script(store.load_script("settle"))
 
-    def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0
-              ) -> Admission:
+    def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
+              digest: str = "") -> Admission:
+        """Pass the gates or say why not. ``digest`` (``hookline.core.identity``) binds the
+        event id to its content: another content under a bound id is ``CONFLICT``."""
         config = settings()
         reply = self._admit(
-            keys=_keys(endpoint_id, event_id),
+            keys=[*_keys(endpoint_id, event_id), keys.digest_key(endpoint_id, event_id)],
             args=[
                 token,
                 math.ceil(config.lease_seconds(0) * 1000),
@@ -110,6 +115,8 @@ class Gate:
                 math.ceil(config.visibility_timeout * 4),
                 int(rate_slot or 0),
                 math.ceil(config.read_timeout * 1000),
+                digest,
+                config.done_ttl,
             ],
         )
         verdict = Verdict(reply[0])
@@ -138,16 +145,18 @@ class Gate:
         retry_after: float | None = None,
         reason: str = "",
         record: AttemptRecord | None = None,
+        digest: str = "",
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
         ``retry_after`` (seconds, already capped) blocks the whole endpoint until then.
         ``record`` goes into the event's attempt history and the endpoint's recent record.
+        ``digest``: the event's content digest, kept as long as the done marker on delivery.
         """
         config = settings()
         held, transition = self._settle(
             keys=[*_keys(endpoint_id, event_id)[:5], keys.history_key(endpoint_id, event_id),
-                  keys.recent_key(endpoint_id)],
+                  keys.recent_key(endpoint_id), keys.digest_key(endpoint_id, event_id)],
             args=[
                 token,
                 outcome,
@@ -165,6 +174,7 @@ class Gate:
                 math.ceil(config.history_retention),
                 RECENT_ATTEMPTS,
                 RECENT_TTL,
+                digest,
             ],
         )
         return Settlement(held_lease=bool(held), transition=transition)

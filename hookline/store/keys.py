@@ -27,6 +27,12 @@ def done_key(endpoint_id: str, event_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:done:{event_id}"
 
 
+def digest_key(endpoint_id: str, event_id: str) -> str:
+    """The content digest an event id is bound to at one endpoint (the idempotency key's
+    content; ``hookline.core.identity``)."""
+    return f"hookline:{{{endpoint_id}}}:digest:{event_id}"
+
+
 def lease_key(endpoint_id: str, event_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:lease:{event_id}"
 
@@ -55,8 +61,10 @@ def recent_key(endpoint_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:recent"
 
 
-#: An event's per-endpoint keys (history, done marker, lease), parsed back into their parts.
-EVENT_KEY = re.compile(r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:history|done|lease):(?P<event>.+)$")
+#: An event's per-endpoint keys (history, done marker, lease, content digest), parsed back into
+#: their parts.
+EVENT_KEY = re.compile(
+    r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:history|done|lease|digest):(?P<event>.+)$")
 
 
 def glob_escaped(text: str) -> str:

@@ -85,6 +85,8 @@ class ScheduledRetry:
     last_error: str
     #: The Celery task id of its message (Flower's task), or "" if the message has none.
     task_id: str = ""
+    #: When the event was published (the message's ``enqueued_at``), as the message carries it.
+    enqueued_at: Any = None
 
 
 @dataclass(frozen=True)
@@ -278,6 +280,7 @@ class RetrySchedule:
                     first_attempt_at=kwargs.get("first_attempt_at"),
                     last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
                     task_id=task_id,
+                    enqueued_at=kwargs.get("enqueued_at"),
                 )
 
     def _complete_index(self, endpoint_id: str) -> None:

@@ -40,7 +40,7 @@ class ParkingTask(Task):
         bookkeeping; the message is acknowledged when the task returns."""
         kwargs = {**self.request.kwargs, "event_id": request.event_id,
                   "attempts": request.attempts, "first_attempt_at": request.first_attempt_at,
-                  "rate_slot": request.rate_slot or None}
+                  "rate_slot": request.rate_slot or None, "enqueued_at": request.enqueued_at}
         self._park(list(self.request.args), kwargs, countdown, status, error)
 
     def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,

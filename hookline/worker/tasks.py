@@ -17,6 +17,7 @@ from celery.signals import task_failure, task_revoked
 from hookline.core import metrics
 from hookline.core.errors import HooklineError
 from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.identity import publish_time
 from hookline.core.messages import TASK_NAME
 from hookline.delivery.engine import Deferred, DeliveryEngine, DeliveryRequest, RetryDue
 from hookline.delivery.retries import dead_letter_unexpected
@@ -53,7 +54,7 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
             deadline=to_timestamp(deadline, name="deadline"), attempts=int(attempts),
             first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
             rate_slot=int(rate_slot or 0),
-            enqueued_at=to_timestamp(enqueued_at, name="enqueued_at"),
+            enqueued_at=publish_time(enqueued_at),
         )
     except (MalformedEvent, TypeError, ValueError) as exc:
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},

@@ -115,6 +115,26 @@ def test_enqueue_waits_for_the_commit(django_client, orders_endpoint, published)
     delivered(orders_endpoint.id, event_id)
 
 
+def test_a_used_event_id_with_other_content_is_refused_at_the_call(django_client,
+                                                                  orders_endpoint, published):
+    """A rolled-back transaction leaves the id free; once a worker took the event, another
+    content under its id raises EventIdConflict at the call, inside the transaction."""
+    from django.db import transaction
+
+    from hookline import EventIdConflict
+    from hookline.contrib.django import send_webhook_on_commit
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        send_webhook_on_commit(orders_endpoint.id, "order.created", {"v": 0}, "order-9")
+        raise RuntimeError("rolled back")
+    with transaction.atomic():
+        send_webhook_on_commit(orders_endpoint.id, "order.created", {"v": 1}, "order-9")
+    delivered(orders_endpoint.id, "order-9")
+    with pytest.raises(EventIdConflict, match="event id 'order-9'"), transaction.atomic():
+        send_webhook_on_commit(orders_endpoint.id, "order.created", {"v": 2}, "order-9")
+    assert [e for _queue, _endpoint, e in published.events] == ["order-9"]
+
+
 def test_outside_a_transaction_the_event_is_enqueued_at_once(django_client, orders_endpoint,
                                                              published):
     from hookline.contrib.django import send_webhook_on_commit

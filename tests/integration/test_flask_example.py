@@ -106,6 +106,18 @@ def test_extension_send_webhook_validates_like_send_webhook(web, orders_endpoint
     assert [e for _queue, _endpoint, e in published.events] == [event_id]
 
 
+def test_extension_send_webhook_refuses_a_used_event_id_with_other_content(
+        web, orders_endpoint, published):
+    from hookline import EventIdConflict
+
+    extension: Any = web.extensions["hookline"]
+    extension.send_webhook(orders_endpoint.id, "order.created", {"n": 1}, event_id="order-2")
+    with pytest.raises(EventIdConflict, match="event id 'order-2'"):
+        extension.send_webhook(orders_endpoint.id, "order.created", {"n": 2},
+                               event_id="order-2")
+    assert [e for _queue, _endpoint, e in published.events] == ["order-2"]
+
+
 def test_init_app_later_for_application_factories():
     extension = Hookline()
     assert extension.settings is None

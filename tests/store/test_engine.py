@@ -79,8 +79,8 @@ class CannedGate(Gate):
         super().__init__()
         self.admission = admission
 
-    def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0
-              ) -> Admission:
+    def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
+              digest: str = "") -> Admission:
         return self.admission
 
 
@@ -229,8 +229,10 @@ def test_a_retryable_failure_is_due_again_after_the_policy_backoff(endpoint, eng
     assert outcome.countdown == pytest.approx(first_backoff(1))
     assert outcome.status == result.status
     assert outcome.error == result.error
-    # The retry carries the attempt made and when the first one was; the rest is the event.
-    assert outcome.request == replace(request, attempts=1, first_attempt_at=clock.now)
+    # The retry carries the attempt made and when the first one was; the rest is the event. A
+    # message without a publish time gets the first attempt's, carried from then on.
+    assert outcome.request == replace(request, attempts=1, first_attempt_at=clock.now,
+                                      enqueued_at=clock.now)
     assert len(sender.calls) == 1
     assert dlq.count() == 0
     assert not Gate().is_delivered(endpoint.id, request.event_id)
@@ -420,7 +422,7 @@ def test_retries_are_exhausted_after_max_attempts(endpoint, engine_for, dlq, clo
 
     assert outcome == Finished("dead_lettered", reason="exhausted", status=500)
     assert len(sender.calls) == max_attempts
-    # The body's timestamp is the first attempt's on every retry.
+    # No publish time in the message: the body's timestamp is the first attempt's, on every retry.
     assert {event.timestamp for event in sender.events} == {first_at}
     entry = only_entry(dlq)
     assert (entry.reason, entry.attempts, entry.last_status) == ("exhausted", max_attempts, 500)

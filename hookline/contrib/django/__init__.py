@@ -55,10 +55,14 @@ def send_webhook_on_commit(
     """Check an event now and enqueue it when the current transaction of database ``using``
     commits; returns its event id. Outside a transaction it is enqueued at once.
 
-    Raises :class:`hookline.WebhookInputError` here, like :func:`hookline.send_webhook`. If the
+    Raises :class:`hookline.WebhookInputError` here, like :func:`hookline.send_webhook`
+    (:class:`hookline.EventIdConflict` when the event id is bound to another content already).
+    The id is bound to this content when a worker first takes the event, not here: a
+    rolled-back transaction leaves the id free. If the
     broker cannot be reached at commit time the error propagates from the commit (the data is
     committed, the event is not queued) and an ``enqueue.failed`` line names the event.
     """
-    event = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline)
+    event = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline,
+                          bind=False)
     transaction.on_commit(partial(enqueue_logged, event), using=using)
     return event.event_id

@@ -7,6 +7,7 @@
 -- KEYS[5]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token, blocked_until
 -- KEYS[6]  hookline:{ep}:rate            rate limiter: tat (GCRA theoretical arrival time) and
 --                                        book (latest slot booked by a deferred event), ms
+-- KEYS[7]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
 --          the lease adds twice the endpoint's read timeout (or ARGV[6]), as an attempt can
@@ -15,8 +16,11 @@
 -- ARGV[4]  lifetime of the starts counter, seconds
 -- ARGV[5]  rate slot this event booked when it was deferred (ms of Redis time), or 0
 -- ARGV[6]  default read timeout, milliseconds
+-- ARGV[7]  this event's content digest (event type + canonical payload), '' to skip the check
+-- ARGV[8]  lifetime of a new digest binding, seconds (the done marker's)
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
 -- Returns, first element the verdict:
+--   {'conflict'}                         the event id is bound to another content: send nothing
 --   {'duplicate'}                        already delivered: send nothing
 --   {'missing'}                          no such endpoint
 --   {'disabled', reason}                 endpoint disabled
@@ -30,12 +34,24 @@
 --                                        is the half-open probe; the endpoint hash follows
 --#include piece_clock.lua
 --#include piece_held.lua
+-- The event id is an idempotency key: the first content that reached an existing endpoint
+-- with it (here or at enqueue, claim.lua) owns it; another content under it is a conflict.
+local bound = nil
+if ARGV[7] ~= '' then
+  bound = redis.call('GET', KEYS[7])
+  if bound and bound ~= ARGV[7] then
+    return {'conflict'}
+  end
+end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {'duplicate'}
 end
 local endpoint = redis.call('HGETALL', KEYS[1])
 if #endpoint == 0 then
   return {'missing'}
+end
+if ARGV[7] ~= '' and not bound then
+  redis.call('SET', KEYS[7], ARGV[7], 'EX', tonumber(ARGV[8]))
 end
 local config = {}
 for i = 1, #endpoint, 2 do

@@ -9,6 +9,7 @@
 -- KEYS[7]  hookline:{ep}:recent           hash: outcomes (one letter per attempt, newest last),
 --                                         last_error, last_error_at, last_error_event,
 --                                         last_success_at (ms of Redis time)
+-- KEYS[8]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
 -- ARGV[1]  token of the attempt
 -- ARGV[2]  outcome: 'delivered', 'rejected' (the receiver answered, no retry), 'failed'
 --          (retryable: counts toward the breaker), 'throttled' (429: retryable, but the
@@ -27,6 +28,7 @@
 -- ARGV[14] lifetime of the event's history after this attempt, seconds (0: keep none)
 -- ARGV[15] outcomes kept in the recent record
 -- ARGV[16] lifetime of the recent record after this attempt, seconds
+-- ARGV[17] the event's content digest, '' for none: kept as long as the done marker
 -- Returns  {held, transition}: held is 1 if this attempt still held its lease; transition is
 --          'opened' or 'closed' when this outcome changed the breaker's state, else ''.
 local outcome = ARGV[2]
@@ -36,6 +38,9 @@ local transition = ''
 
 if outcome == 'delivered' then
   redis.call('SET', KEYS[2], '1', 'EX', tonumber(ARGV[3]))
+  if ARGV[17] ~= '' then
+    redis.call('SET', KEYS[8], ARGV[17], 'EX', tonumber(ARGV[3]))
+  end
 elseif outcome == 'gone' and redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HSET', KEYS[1], 'enabled', '0', 'disabled_reason', ARGV[4])
 end

@@ -1,0 +1,288 @@
+"""An event id is an idempotency key (per endpoint): the same id with the same content is one
+event, with another content a conflict, refused at enqueue and dead-lettered in the worker.
+And the body is fixed at publish: its timestamp is the message's ``enqueued_at``.
+
+Real Redis; the worker side runs the engine in-process with a fake sender (the worker-process
+versions are in tests/integration/test_event_ids_e2e.py and tests/faults/test_body_fixed.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+import redis
+
+import hookline
+from hookline import EventIdConflict, WebhookInputError, send_webhook
+from hookline.core.config import settings
+from hookline.core.event import MalformedEvent
+from hookline.core.identity import canonical_json, content_digest, publish_time
+from hookline.core.messages import DELIVERY_QUEUE
+from hookline.delivery.engine import DeliveryEngine, DeliveryRequest, Finished, RetryDue
+from hookline.delivery.replay import replay_entries
+from hookline.delivery.sender import AttemptResult, WebhookEvent
+from hookline.enqueue import prepare_event
+from hookline.store import connection, keys
+from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.events import EventView
+from hookline.store.gates import Gate
+from hookline.store.schedule import RetrySchedule, decode_message
+
+
+def queued(client: Any) -> list[tuple[list[Any], dict[str, Any]]]:
+    """(args, kwargs) of the messages on the first-delivery queue, oldest first."""
+    found = []
+    for text in reversed(client.lrange(DELIVERY_QUEUE, 0, -1)):
+        args, kwargs, _ = json.loads(base64.b64decode(json.loads(text)["body"]))
+        found.append((args, kwargs))
+    return found
+
+
+@pytest.fixture
+def shop(quiet_redis) -> Endpoint:
+    return EndpointRegistry().add("shop", "http://127.0.0.1:9/hook")
+
+
+# -- what the content is ---------------------------------------------------------------------
+
+
+def test_the_digest_covers_type_and_payload_but_not_key_order():
+    digest = content_digest("order.created", {"a": 1, "b": [1, {"y": 2, "x": 1}]})
+    assert digest == content_digest("order.created", {"b": [1, {"x": 1, "y": 2}], "a": 1})
+    assert digest != content_digest("order.updated", {"a": 1, "b": [1, {"y": 2, "x": 1}]})
+    assert digest != content_digest("order.created", {"a": 1, "b": [1, {"y": 2, "x": 2}]})
+    assert digest != content_digest("order.created", {"a": "1", "b": [1, {"y": 2, "x": 1}]})
+    # Keys of mixed types are compared as JSON carries them (as strings), without an error.
+    assert canonical_json({1: "a", "b": 2}) == '{"1":"a","b":2}'
+    assert content_digest("t", {1: "a"}) == content_digest("t", {"1": "a"})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, 1e13, "2026-01-01", True])
+def test_a_publish_time_that_cannot_be_a_body_timestamp_is_malformed(value):
+    with pytest.raises(MalformedEvent, match="enqueued_at"):
+        publish_time(value)
+    assert publish_time(1_800_000_000) == 1_800_000_000.0
+
+
+# -- at enqueue --------------------------------------------------------------------------------
+
+
+def test_same_id_same_content_is_enqueued_again_and_different_content_is_refused(
+        shop, quiet_redis):
+    assert send_webhook("shop", "order.created", {"n": 1, "m": 2}, "evt-1") == "evt-1"
+    # The same content (key order aside) and another deadline: the same event, queued again
+    # (the worker's idempotency gate sends it once).
+    send_webhook("shop", "order.created", {"m": 2, "n": 1}, "evt-1", deadline=time.time() + 60)
+    with pytest.raises(EventIdConflict, match="event id 'evt-1'") as refused:
+        send_webhook("shop", "order.created", {"n": 2, "m": 2}, "evt-1")
+    assert "endpoint 'shop'" in str(refused.value)
+    assert isinstance(refused.value, WebhookInputError)
+    assert isinstance(refused.value, hookline.HooklineError)
+    assert (refused.value.endpoint_id, refused.value.event_id) == ("shop", "evt-1")
+    with pytest.raises(EventIdConflict):
+        send_webhook("shop", "order.cancelled", {"n": 1, "m": 2}, "evt-1")
+    assert [kwargs["event_id"] for _, kwargs in queued(quiet_redis)] == ["evt-1", "evt-1"]
+
+
+def test_the_id_is_scoped_per_endpoint(shop, quiet_redis):
+    EndpointRegistry().add("billing", "http://127.0.0.1:9/hook")
+    send_webhook("shop", "order.created", {"n": 1}, "evt-2")
+    send_webhook("billing", "invoice.paid", {"total": 3}, "evt-2")
+    assert len(queued(quiet_redis)) == 2
+
+
+def test_an_unknown_endpoint_binds_nothing(quiet_redis):
+    with pytest.raises(WebhookInputError, match="no endpoint 'nobody'"):
+        send_webhook("nobody", "order.created", {}, "evt-3")
+    assert quiet_redis.exists(keys.digest_key("nobody", "evt-3")) == 0
+    assert queued(quiet_redis) == []
+
+
+def test_checking_only_leaves_the_id_free(shop, quiet_redis):
+    """What send_webhook_on_commit does at the call: a rolled-back transaction binds nothing."""
+    prepare_event("shop", "order.created", {"n": 1}, "evt-4", bind=False)
+    assert quiet_redis.exists(keys.digest_key("shop", "evt-4")) == 0
+    send_webhook("shop", "order.created", {"n": 2}, "evt-4")  # another content: still free
+    with pytest.raises(EventIdConflict):
+        prepare_event("shop", "order.created", {"n": 1}, "evt-4", bind=False)
+
+
+class Counting(redis.Redis):
+    """A client that keeps the name of every command it sends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: list[str] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands.append(str(args[0]).upper())
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        raise AssertionError("send_webhook must not need a pipeline")
+
+
+def test_send_webhook_makes_one_redis_round_trip(shop, quiet_redis, monkeypatch):
+    """The endpoint check and the id's binding are one script: enqueueing costs no more round
+    trips to Hookline's Redis than the endpoint check alone did (the publish is the broker's)."""
+    url = settings().redis_url
+    counting = Counting.from_url(url, decode_responses=True)
+    monkeypatch.setattr(connection, "_client", (os.getpid(), url, counting))
+    send_webhook("shop", "order.created", {"warm": "up"})  # loads the script once
+    counting.commands.clear()
+    send_webhook("shop", "order.created", {"n": 1}, "evt-5")
+    assert counting.commands == ["EVALSHA"]
+    counting.commands.clear()
+    with pytest.raises(EventIdConflict):
+        send_webhook("shop", "order.created", {"n": 2}, "evt-5")
+    assert counting.commands == ["EVALSHA"]
+
+
+def test_the_binding_outlives_the_done_marker(shop, quiet_redis):
+    send_webhook("shop", "order.created", {"n": 1}, "evt-6")
+    assert quiet_redis.ttl(keys.digest_key("shop", "evt-6")) == pytest.approx(
+        settings().done_ttl, abs=2)
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=Recorder(ok()))
+    [(args, kwargs)] = queued(quiet_redis)
+    assert isinstance(engine.attempt(request_from(args, kwargs), token="t"), Finished)
+    done = quiet_redis.ttl(keys.done_key("shop", "evt-6"))
+    assert done > 0 and quiet_redis.ttl(keys.digest_key("shop", "evt-6")) >= done
+
+
+# -- in the worker (deliver.delay: no enqueue check) ----------------------------------------------
+
+
+class Recorder:
+    """A sender that answers each attempt with the next result (the last repeats) and keeps
+    the body each attempt would have sent."""
+
+    def __init__(self, *results: AttemptResult) -> None:
+        self.results = list(results)
+        self.bodies: list[str] = []
+
+    def __call__(self, endpoint: Endpoint, event: WebhookEvent) -> AttemptResult:
+        self.bodies.append(event.body())
+        return self.results[min(len(self.bodies), len(self.results)) - 1]
+
+
+def ok() -> AttemptResult:
+    return AttemptResult(status=204, latency=0.01)
+
+
+def request_from(args: list[Any], kwargs: dict[str, Any]) -> DeliveryRequest:
+    return DeliveryRequest(*args, event_id=kwargs["event_id"],
+                           enqueued_at=kwargs.get("enqueued_at"))
+
+
+def test_a_different_content_under_a_delivered_id_is_a_conflict_dead_letter(shop, quiet_redis):
+    sender = Recorder(ok())
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=sender)
+    first = DeliveryRequest("shop", "order.created", {"n": 1}, "evt-7", enqueued_at=1.0e9)
+    assert engine.attempt(first, token="a") == Finished("delivered", status=204)
+    # The same content again: a duplicate, not sent.
+    assert engine.attempt(first, token="b") == Finished("duplicate")
+    # Another payload under the same id: not sent, and not silently dropped.
+    other = DeliveryRequest("shop", "order.created", {"n": 2}, "evt-7", enqueued_at=2.0e9)
+    assert engine.attempt(other, token="c") == Finished("dead_lettered", reason="conflict")
+    assert len(sender.bodies) == 1
+    entry = DeadLetterQueue().get("shop/evt-7#conflict")
+    assert entry is not None and entry.reason == "conflict" and entry.payload == {"n": 2}
+    assert "different event type or payload" in entry.detail
+    # Findable by the event's id.
+    view = EventView()
+    assert view.endpoints_of("evt-7") == ["shop"]
+    found = view.delivery("shop", "evt-7")
+    assert found.state == "delivered" and found.conflict is not None
+    assert found.as_dict()["conflict"]["reason"] == "conflict"
+
+
+def test_a_conflict_never_replaces_the_dead_letter_of_the_event_owning_the_id(shop, quiet_redis):
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(),
+                            sender=Recorder(AttemptResult(status=400, latency=0.01)))
+    owner = DeliveryRequest("shop", "order.created", {"n": 1}, "evt-8")
+    assert engine.attempt(owner, token="a").reason == "rejected"
+    other = DeliveryRequest("shop", "order.created", {"n": 9}, "evt-8")
+    assert engine.attempt(other, token="b").reason == "conflict"
+    queue = DeadLetterQueue()
+    assert queue.get("shop/evt-8").payload == {"n": 1}  # the owner's, ready to replay
+    assert queue.get("shop/evt-8#conflict").payload == {"n": 9}
+    assert queue.stats().by_reason == {"rejected": 1, "conflict": 1}
+
+
+def test_the_first_content_to_reach_a_worker_owns_a_free_id(shop, quiet_redis):
+    """deliver.delay() is not checked at the call: the worker binds the id at its first admit
+    (even a deferred one), and send_webhook then refuses another content."""
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=Recorder(ok()))
+    engine.attempt(DeliveryRequest("shop", "order.created", {"n": 1}, "evt-9"), token="a")
+    with pytest.raises(EventIdConflict):
+        send_webhook("shop", "order.created", {"n": 2}, "evt-9")
+    send_webhook("shop", "order.created", {"n": 1}, "evt-9")
+
+
+def test_a_removed_endpoint_binds_nothing_in_the_worker(quiet_redis):
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=Recorder(ok()))
+    request = DeliveryRequest("gone", "order.created", {"n": 1}, "evt-10")
+    assert engine.attempt(request, token="a").reason == "endpoint_removed"
+    assert quiet_redis.exists(keys.digest_key("gone", "evt-10")) == 0
+
+
+# -- the body is fixed at publish ---------------------------------------------------------------
+
+
+def test_the_body_timestamp_is_the_publish_time_on_every_attempt(shop, quiet_redis):
+    hookline.deliver.delay("shop", "order.created", {"n": 1}, event_id="evt-11")
+    [(args, kwargs)] = queued(quiet_redis)
+    published = kwargs["enqueued_at"]
+    sender = Recorder(AttemptResult(status=503, latency=0.01), ok())
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=sender)
+    request = request_from(args, kwargs)
+    time.sleep(0.01)  # the attempts happen after the publish
+    retry = engine.attempt(request, token="a")
+    assert isinstance(retry, RetryDue) and retry.request.enqueued_at == published
+    assert engine.attempt(retry.request, token="b").outcome == "delivered"
+    first, second = sender.bodies
+    assert first == second
+    when = json.loads(first)["timestamp"]
+    assert when.endswith("Z")
+    assert datetime.fromisoformat(when).timestamp() == pytest.approx(published, abs=1e-6)
+
+
+def test_a_replay_carries_the_publish_time_so_the_body_is_the_same(shop, quiet_redis):
+    sender = Recorder(AttemptResult(status=400, latency=0.01), ok())
+    engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=sender)
+    request = DeliveryRequest("shop", "order.created", {"n": 1}, "evt-12",
+                              enqueued_at=1_700_000_000.25)
+    assert engine.attempt(request, token="a").reason == "rejected"
+    queue = DeadLetterQueue()
+    entry = queue.get("shop/evt-12")
+    assert entry is not None and entry.enqueued_at == 1_700_000_000.25
+    replay_entries(queue, [entry])  # straight onto the queue
+    [(args, kwargs)] = queued(quiet_redis)
+    assert kwargs["enqueued_at"] == 1_700_000_000.25
+    assert engine.attempt(request_from(args, kwargs), token="b").outcome == "delivered"
+    assert sender.bodies[0] == sender.bodies[1]
+    assert '"timestamp":"2023-11-14T22:13:20.250000Z"' in sender.bodies[0]
+
+
+def test_a_throttled_replay_parks_the_publish_time_too(shop, quiet_redis):
+    entries = [DeadLetter("shop", f"evt-13-{n}", "order.created", {}, "rejected",
+                          enqueued_at=1_700_000_000.0 + n) for n in range(2)]
+    entries.append(DeadLetter("shop", "evt-13-old", "order.created", {}, "rejected",
+                              first_attempt_at=1_600_000_000.0))  # from before enqueued_at
+    queue = DeadLetterQueue()
+    for entry in entries:
+        queue.add(entry)
+    replay_entries(queue, entries, interval=60.0)
+    schedule = RetrySchedule()
+    kept = {retry.event_id: retry.enqueued_at for retry in schedule.scheduled("shop")}
+    assert kept == {"evt-13-0": 1_700_000_000.0, "evt-13-1": 1_700_000_001.0,
+                    "evt-13-old": 1_600_000_000.0}
+    message = quiet_redis.hget(keys.MESSAGES_KEY, "shop/evt-13-0")
+    assert decode_message(message)[1]["enqueued_at"] == 1_700_000_000.0
+
