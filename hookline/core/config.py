@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hookline.core import redact
 from hookline.core.errors import HooklineError
 from hookline.core.policy import PolicyError, RetryPolicy
 from hookline.core.ssrf import Network, parse_networks
@@ -221,7 +222,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     redis_url = env.get(variable) or "redis://127.0.0.1:6379/0"
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
-            f"{variable}={redis_url!r} must start with redis://, rediss:// or unix://")
+            f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss:// or "
+            "unix://")
     log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
     if log_format not in ("text", "json"):
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
