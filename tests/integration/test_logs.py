@@ -52,6 +52,9 @@ def test_json_log_lines_name_the_event_and_never_show_the_secret(receiver, start
     assert "receiver-said-no-7731" not in text
     assert "webhook-signature" not in text and "v1," not in text
     records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    # Celery's own lines are JSON too: no text-format line ("[time: LEVEL/MainProcess] ...").
+    assert "/MainProcess]" not in text
+    assert {"celery.apps.worker", "celery.app.trace"} <= {r["logger"] for r in records}
     ours = [r for r in records if r.get("event_id") == "evt-logged"]
     assert [r["event"] for r in ours] == ["delivery.retry_scheduled", "delivery.succeeded"]
     assert [(r["attempt"], r["status"]) for r in ours] == [(1, 500), (2, 204)]
