@@ -1,11 +1,18 @@
 """Prometheus ``/metrics``: the gauges read from Redis when scraped (queue depths, scheduled
-retries, dead letters, breakers) beside the engine's counters (``hookline.core.metrics``).
+retries, dead letters, breakers), and the engine's counters (``hookline.core.metrics``).
 
-The gauges describe state every worker shares, so :class:`RedisStateCollector` reads them at
-scrape time instead of each worker keeping its own copy. Every worker serves both on
-``HOOKLINE_METRICS_PORT`` (:func:`start_server`); ``hookline metrics`` serves the gauges alone.
-With the prefork pool the deliveries happen in child processes: set ``PROMETHEUS_MULTIPROC_DIR``
-to an empty directory of the worker's own and the server adds up every child's values.
+Two servers, each serving what it alone knows:
+
+* every worker serves its own counters and histograms on ``HOOKLINE_METRICS_PORT``
+  (:func:`start_server` with ``engine=True``), through :class:`EngineCollector`, which leaves
+  out the series of endpoints removed since and the ``*_created`` samples;
+* one exporter, ``hookline metrics``, serves the gauges (:class:`RedisStateCollector`): they
+  describe state every worker shares, so one process reads them instead of every worker
+  repeating the same values.
+
+Both listen on ``HOOKLINE_METRICS_ADDRESS`` (default 127.0.0.1). With the prefork pool the
+deliveries happen in child processes: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory
+of the worker's own and the server adds up every child's values.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
+from hookline.core import metrics
 from hookline.core.config import settings
 from hookline.core.metrics import BREAKER_STATES, QUEUES
 from hookline.store import connection as store
@@ -148,21 +157,65 @@ def clear_multiprocess_dir() -> None:
         stale.unlink(missing_ok=True)
 
 
-def registry(*, engine: bool = True) -> CollectorRegistry:
-    """What a metrics server serves: the Redis gauges, and with ``engine`` this process's
-    counters and histograms (or every pool process's, in multiprocess mode)."""
+class EngineCollector(Collector):
+    """This worker's counters and histograms (``source``: the process's registry, or the
+    prefork children's files), as served: the ``*_created`` samples left out, and the
+    series of endpoints no longer registered dropped (one SMEMBERS per scrape; when Redis
+    does not answer, every series is served as it is)."""
+
+    def __init__(self, source: Any, redis_client: Any = None) -> None:
+        self._source = source
+        self._redis = redis_client
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def _registered(self) -> frozenset[str] | None:
+        try:
+            client = self._redis if self._redis is not None else store.client()
+            return frozenset(client.smembers(keys.ENDPOINT_INDEX))
+        except redis.RedisError:
+            return None
+
+    def collect(self) -> Iterator[Metric]:
+        registered = self._registered()
+        if registered is not None:
+            metrics.endpoint_labels.retain(registered)
+        for family in self._source.collect():
+            created = f"{family.name}_created"
+            kept = [sample for sample in family.samples
+                    if sample.name != created and _served(sample, registered)]
+            served = Metric(family.name, family.documentation, family.type, family.unit)
+            served.samples = kept
+            yield served
+
+
+def _served(sample: Sample, registered: frozenset[str] | None) -> bool:
+    endpoint_id = sample.labels.get("endpoint")
+    return (endpoint_id is None or registered is None
+            or endpoint_id in (metrics.UNKNOWN, metrics.OTHER) or endpoint_id in registered)
+
+
+def registry(*, engine: bool = True, gauges: bool = False) -> CollectorRegistry:
+    """What a metrics server serves: with ``engine`` this process's counters and histograms
+    (or every pool process's, in multiprocess mode), with ``gauges`` the Redis gauges."""
     served = CollectorRegistry()
-    served.register(RedisStateCollector())
+    if gauges:
+        served.register(RedisStateCollector())
     if engine and multiprocess_dir():
-        MultiProcessCollector(served)
+        served.register(EngineCollector(MultiProcessCollector(None)))
         ProcessCollector(registry=served)
     elif engine:
-        served.register(REGISTRY)
+        served.register(EngineCollector(REGISTRY))
     return served
 
 
-def start_server(port: int, *, engine: bool = True, addr: str = "0.0.0.0") -> Any:
-    """Serve ``/metrics`` on ``port`` from a daemon thread; returns the server (call its
-    ``shutdown()`` to stop). Raises OSError when the port is taken."""
-    server, _thread = start_http_server(port, addr=addr, registry=registry(engine=engine))
+def start_server(port: int, *, engine: bool = True, gauges: bool = False,
+                 addr: str | None = None) -> Any:
+    """Serve ``/metrics`` on ``addr`` (default ``HOOKLINE_METRICS_ADDRESS``) and ``port``
+    from a daemon thread; returns the server (call its ``shutdown()`` to stop). Raises
+    OSError when the port is taken or the address is not this host's."""
+    address = settings().metrics_address if addr is None else addr
+    server, _thread = start_http_server(port, addr=address,
+                                        registry=registry(engine=engine, gauges=gauges))
     return server

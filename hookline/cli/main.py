@@ -32,6 +32,7 @@ from hookline.cli.output import (
 from hookline.cli.schedule import releaser, schedule
 from hookline.cli.secret import rotate_secret
 from hookline.cli.stats import stats
+from hookline.core import redact
 from hookline.core.config import ConfigError, settings
 from hookline.core.policy import PolicyError
 from hookline.delivery.retries import disable_endpoint, remove_endpoint
@@ -159,7 +160,7 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float 
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
                                    retry_policy=retry_policy, rate=checked_rate(rate), **extra)
-    click.echo(f"added endpoint {added.id} -> {added.url}")
+    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}")
     if added.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
     if not secret:
@@ -181,7 +182,7 @@ def endpoint_list(as_json: bool) -> None:
     echo_table(
         ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],
         [
-            (item.id, shorten(item.url), _status(item), item.timeout, _rate(item),
+            (item.id, shorten(redact.url(item.url)), _status(item), item.timeout, _rate(item),
              json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
              else "default", format_time(item.updated_at))
             for item in endpoints
@@ -205,7 +206,7 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
     default_timeout = item.timeout is None
     echo_fields([
         ("id", item.id),
-        ("url", item.url),
+        ("url", redact.url(item.url)),
         ("status", _status(item)),
         ("secrets", ", ".join(item.public()["secrets"])),
         ("read timeout", f"{item.read_timeout():g}s" + (" (default)" if default_timeout else "")),

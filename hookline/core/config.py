@@ -4,11 +4,13 @@ every error. ``celeryconfig.py`` reads the Celery side from here too, so both ag
 from __future__ import annotations
 
 import functools
+import ipaddress
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from hookline.core import redact
 from hookline.core.errors import HooklineError
 from hookline.core.policy import PolicyError, RetryPolicy
 from hookline.core.ssrf import Network, parse_networks
@@ -81,6 +83,12 @@ class Settings:
     releaser_max_sleep: float = 1.0
     #: Port of the worker's Prometheus metrics server; 0: no server.
     metrics_port: int = 9808
+    #: Address the metrics servers (the worker's, ``hookline metrics``) listen on: an IP
+    #: address; 0.0.0.0 or :: for every interface.
+    metrics_address: str = "127.0.0.1"
+    #: Most endpoints with a series of their own in a worker's metrics; the rest are counted
+    #: under ``endpoint="_other"``. 0: none (every endpoint is ``_other``).
+    metrics_max_endpoints: int = 200
     log_format: str = "text"
     #: Seconds an event's attempt history is kept after its latest attempt; 0: none is kept.
     history_retention: float = 7 * 86400.0
@@ -176,6 +184,17 @@ def _networks(env: Mapping[str, str], name: str) -> tuple[Network, ...]:
         raise ConfigError(f"{name}: {exc}") from None
 
 
+def _address(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return str(ipaddress.ip_address(raw.strip("[]")))
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} must be an IP address to listen on (e.g. "
+                          "127.0.0.1, or 0.0.0.0 for every interface)") from None
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = (env.get(name) or "").strip().lower()
     if not raw:
@@ -203,7 +222,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     redis_url = env.get(variable) or "redis://127.0.0.1:6379/0"
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
-            f"{variable}={redis_url!r} must start with redis://, rediss:// or unix://")
+            f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss:// or "
+            "unix://")
     log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
     if log_format not in ("text", "json"):
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
@@ -235,6 +255,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
         releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01),
         metrics_port=_port(env, "HOOKLINE_METRICS_PORT", 9808),
+        metrics_address=_address(env, "HOOKLINE_METRICS_ADDRESS", "127.0.0.1"),
+        metrics_max_endpoints=_integer(env, "HOOKLINE_METRICS_MAX_ENDPOINTS", 200),
         log_format=log_format,
         history_retention=_number(env, "HOOKLINE_HISTORY_RETENTION", 7 * 86400.0),
         history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1),

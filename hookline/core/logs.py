@@ -3,7 +3,15 @@
 ``log_event("delivery.succeeded", endpoint_id=..., ...)`` writes ``delivery.succeeded
 endpoint_id=ep_1 ...`` as text, or one JSON object per line with ``HOOKLINE_LOG_FORMAT=json``.
 Callers pass identifiers, statuses and timings only: never a secret, signature or payload.
-Fields with the names in :data:`REDACTED_FIELDS` are replaced, should a caller pass one anyway.
+Fields with the names in :data:`REDACTED_FIELDS` are replaced, should a caller pass one anyway,
+and every text field goes through :func:`hookline.core.redact.text` (no URL credential or
+token in a line).
+
+JSON lines come from python-json-logger (:class:`JsonFormatter`): ``time``, ``level``,
+``logger``, then the event's fields (or ``message`` for any other line) and ``traceback`` when
+the record carries an exception. :func:`configure_worker_logging` sets that up, with
+:class:`~hookline.core.redact.RedactingFilter`, on the handlers of Hookline's own worker
+process only: a host process's loggers are never touched.
 
 Each HTTP attempt gives exactly one line with ``endpoint_id``, ``event_id``, ``event_type``,
 ``attempt``, ``status`` (absent when no response came), ``latency`` and ``error`` (when there
@@ -21,6 +29,9 @@ import json
 import logging
 from typing import Any
 
+from pythonjsonlogger.json import JsonFormatter as _LibraryJsonFormatter
+
+from hookline.core import redact
 from hookline.core.config import settings
 
 log = logging.getLogger("hookline")
@@ -30,26 +41,35 @@ REDACTED_FIELDS = frozenset({"secret", "secrets", "signature", "payload", "body"
                              "url", "response"})
 
 
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, event name and the event's fields."""
+class JsonFormatter(_LibraryJsonFormatter):
+    """One JSON object per line (python-json-logger): time, level, logger, then the event's
+    fields (``log_event``) or ``message``; ``traceback`` for a record with an exception,
+    ``stack`` with stack info. Other ``extra`` attributes of a record are left out (Celery's
+    task lines carry the task's arguments in one)."""
 
-    def format(self, record: logging.LogRecord) -> str:
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
+                   message_dict: dict[str, Any]) -> None:
+        log_data["time"] = round(record.created, 3)
+        log_data["level"] = record.levelname.lower()
+        log_data["logger"] = record.name
         fields = getattr(record, "hookline", None)
-        document: dict[str, Any] = {
-            "time": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-        }
-        if fields is None:
-            document["message"] = record.getMessage()
+        if isinstance(fields, dict):
+            log_data.update(fields)
         else:
-            document.update(fields)
-        return json.dumps(document, default=str)
+            log_data["message"] = record.getMessage()
+        if message_dict.get("exc_info"):
+            log_data["traceback"] = message_dict["exc_info"]
+        if message_dict.get("stack_info"):
+            log_data["stack"] = message_dict["stack_info"]
+
+    def formatException(self, ei: Any) -> str:
+        return redact.text(str(super().formatException(ei)))
 
 
 def log_event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log event ``name`` with ``fields``, text or JSON as configured."""
-    fields = {key: "[redacted]" if key in REDACTED_FIELDS else value
+    fields = {key: "[redacted]" if key in REDACTED_FIELDS
+              else redact.text(value) if isinstance(value, str) else value
               for key, value in fields.items() if value is not None}
     if settings().log_format == "json":
         log.log(level, name, extra={"hookline": {"event": name, **fields}})
@@ -65,8 +85,18 @@ def _text(value: Any) -> str:
     return json.dumps(text) if (" " in text or not text) else text
 
 
+def configure_worker_logging(logger: logging.Logger, *, json_lines: bool) -> None:
+    """For Hookline's own worker process: every handler of ``logger`` redacts URLs (messages
+    and tracebacks, whichever library logged them: urllib3's DEBUG lines, Celery's task
+    failures) and, with ``json_lines``, writes JSON lines. Never called in a host's process."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, redact.RedactingFilter) for f in handler.filters):
+            handler.addFilter(redact.RedactingFilter())
+        if json_lines:
+            handler.setFormatter(JsonFormatter())
+
+
 def configure_json_logging(logger: logging.Logger | None = None) -> None:
-    """Make every handler of ``logger`` (default: the root logger) write JSON lines."""
-    target = logger or logging.getLogger()
-    for handler in target.handlers:
-        handler.setFormatter(JsonFormatter())
+    """JSON lines, redacted, on every handler of ``logger`` (default: the root logger), for a
+    process that is Hookline's own (``hookline releaser``)."""
+    configure_worker_logging(logger or logging.getLogger(), json_lines=True)

@@ -4,15 +4,17 @@ A receiver's URL may carry credentials in its userinfo (``user:pass@``), its que
 (``?token=...``) or its path (``/services/T0/B0/XXXXXXXX``). :func:`url` keeps what tells an
 operator which receiver it is (scheme, host, port, plain-word path segments) and replaces the
 rest with ``***``; :func:`text` does that to every URL inside free text (an exception's message,
-urllib3's ``... with url: /path?token=...``). :class:`RedactingFilter` applies :func:`text` to
-log records. Pure: no Redis, no Celery.
+urllib3's ``... with url: /path?token=...``); :func:`scrub` also masks the secret parts of one
+known URL wherever they appear (a receiver echoing its path in an error body).
+:class:`RedactingFilter` applies :func:`text` to log records, their tracebacks included. Pure:
+no Redis, no Celery.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 MASK = "***"
 #: A path segment shown as it is: a plain word (no digits), short enough not to be a token.
@@ -59,13 +61,62 @@ def text(value: str) -> str:
                                value)
 
 
+#: Shortest part of a URL :func:`scrub` masks on its own (shorter ones are not secrets, and
+#: masking them would garble the text around them).
+_SHORTEST_SECRET = 4
+
+
+def secrets_of(value: str) -> list[str]:
+    """The parts of URL ``value`` that may be credentials, as they may appear in text (raw
+    and percent-decoded), longest first: userinfo, the query and its values, the fragment,
+    token-like path segments."""
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return [value] if len(value) >= _SHORTEST_SECRET else []
+    found: list[str] = []
+    userinfo = parts.netloc.rpartition("@")[0]
+    if userinfo:
+        found += [userinfo, *userinfo.split(":")]
+    if parts.query:
+        found.append(parts.query)
+        found += [item for pair in parse_qsl(parts.query, keep_blank_values=True)
+                  for item in pair[1:]]
+    if parts.fragment:
+        found.append(parts.fragment)
+    found += [segment for segment in parts.path.split("/")
+              if segment and not _PLAIN_SEGMENT.match(segment)]
+    found += [unquote(item) for item in found]
+    return sorted({item for item in found if len(item) >= _SHORTEST_SECRET},
+                  key=lambda item: (-len(item), item))
+
+
+def scrub(value: str, known_url: str) -> str:
+    """``value`` with every URL redacted (:func:`text`) and every secret part of
+    ``known_url`` masked wherever it appears."""
+    if not value:
+        return value
+    value = text(value)
+    for secret in secrets_of(known_url):
+        value = value.replace(secret, MASK)
+    return value
+
+
 class RedactingFilter(logging.Filter):
-    """A logging filter that redacts URLs in a record's message (for handlers or loggers the
-    caller owns, e.g. a Hookline worker's handlers, where urllib3's debug lines name URLs)."""
+    """A logging filter that redacts URLs in a record's message and traceback (for handlers
+    or loggers the caller owns, e.g. a Hookline worker's handlers, where urllib3's debug lines
+    and Celery's task failure lines name URLs)."""
+
+    _formatter = logging.Formatter()
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         redacted = text(message)
         if redacted != message:
             record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            # Formatters reuse exc_text rather than format the traceback again.
+            record.exc_text = self._formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = text(record.exc_text)
         return True

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hookline.core import metrics
+from hookline.core import metrics, redact
 from hookline.core.config import settings
 from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
@@ -111,6 +111,15 @@ def _dead_letter_gone(endpoint_id: str) -> None:
     dead_letter_scheduled(endpoint_id, "endpoint_gone")
 
 
+def _redacted(result: AttemptResult, url: str) -> AttemptResult:
+    """``result`` with the URL's credentials and tokens masked in its error and body excerpt
+    (both go to logs, the history, the dead-letter queue and the CLI)."""
+    error, body = redact.scrub(result.error, url), redact.scrub(result.body_excerpt, url)
+    if (error, body) == (result.error, result.body_excerpt):
+        return result
+    return replace(result, error=error, body_excerpt=body)
+
+
 #: What the engine returns for one attempt.
 AttemptOutcome = Finished | Deferred | RetryDue
 Sender = Callable[[Endpoint, WebhookEvent], AttemptResult]
@@ -142,7 +151,8 @@ class DeliveryEngine:
         """One attempt of ``request``: the gate, the send, the settle and the decision."""
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
-            return self.dead_letter(request, "expired", detail="deadline passed before sending")
+            return self.dead_letter(request, "expired", detail="deadline passed before sending",
+                                    registered=None)
         digest = content_digest(request.event_type, request.payload)
         admission = self.gate.admit(request.endpoint_id, request.event_id, token,
                                     rate_slot=request.rate_slot, digest=digest)
@@ -155,10 +165,10 @@ class DeliveryEngine:
             case Verdict.DUPLICATE:
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
-                metrics.count_outcome(request.endpoint_id, "duplicate")
+                metrics.count_duplicate(request.endpoint_id)
                 return Finished("duplicate")
             case Verdict.MISSING:
-                return self.dead_letter(request, "endpoint_removed")
+                return self.dead_letter(request, "endpoint_removed", registered=False)
             case Verdict.DISABLED:
                 reason = ("endpoint_gone" if admission.detail.startswith("gone")
                           else "endpoint_disabled")
@@ -198,7 +208,7 @@ class DeliveryEngine:
         request = replace(request, attempts=request.attempts + 1,
                           first_attempt_at=first_attempt_at, rate_slot=0, enqueued_at=published)
         event = WebhookEvent(request.event_id, request.event_type, request.payload, published)
-        result = self._send_event(endpoint, event)
+        result = _redacted(self._send_event(endpoint, event), endpoint.url)
         ended = self._clock()
         outcome = Outcome.RETRY if result.status is None else classify(result.status)
         retry_after = None
@@ -220,8 +230,8 @@ class DeliveryEngine:
             return self.dead_letter(request, "refused", result=result, at=ended)
         if outcome is Outcome.DELIVERED:
             self._log_attempt("delivery.succeeded", request, result)
-            metrics.count_outcome(endpoint.id, "delivered")
-            metrics.observe_lag(endpoint.id, ended - published)
+            metrics.count_outcome(endpoint.id, "delivered", registered=True)
+            metrics.observe_lag(ended - published)
             return Finished("delivered", status=result.status)
         if outcome is Outcome.GONE:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
@@ -289,8 +299,10 @@ class DeliveryEngine:
         result: AttemptResult | None = None,
         at: float | None = None,
         detail: str = "",
+        registered: bool | None = True,
     ) -> Finished:
-        """Store the event in the dead-letter queue with ``reason`` and log it."""
+        """Store the event in the dead-letter queue with ``reason`` and log it. ``registered``:
+        whether the gate saw the endpoint registered (None: not asked), for its metrics label."""
         self.dlq.add(
             DeadLetter(
                 endpoint_id=request.endpoint_id,
@@ -311,7 +323,7 @@ class DeliveryEngine:
                   endpoint_id=request.endpoint_id, event_id=request.event_id, reason=reason,
                   attempt=request.attempts, status=result.status if result else None,
                   detail=detail or None)
-        metrics.count_outcome(request.endpoint_id, "dead_lettered", reason)
+        metrics.count_outcome(request.endpoint_id, "dead_lettered", reason, registered=registered)
         return Finished("dead_lettered", reason=reason, status=result.status if result else None)
 
     @staticmethod

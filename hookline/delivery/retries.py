@@ -8,7 +8,7 @@ import logging
 import uuid
 from typing import Any
 
-from hookline.core import metrics
+from hookline.core import metrics, redact
 from hookline.core.event import ENDPOINT_ID_PATTERN, MalformedEvent
 from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
@@ -53,7 +53,7 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
         attempts=int(kwargs.get("attempts") or 0),
         first_attempt_at=kwargs.get("first_attempt_at"),
         last_status=last_status,
-        last_error=last_error or f"{type(exception).__name__}: {exception}"[:500],
+        last_error=redact.text(last_error or f"{type(exception).__name__}: {exception}")[:500],
         detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
         enqueued_at=_publish_time_or_none(kwargs.get("enqueued_at")),
     )
@@ -136,7 +136,8 @@ def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
         event_id = str(task_id or f"raw-{uuid.uuid4()}")[:200]
         DeadLetterQueue().add(DeadLetter(
             endpoint_id="invalid", event_id=event_id, event_type=str(task_name or ""),
-            payload=text[:RAW_BODY_LIMIT], reason="malformed", last_error=problem[:500],
+            payload=text[:RAW_BODY_LIMIT], reason="malformed",
+            last_error=redact.text(problem)[:500],
             detail="a message on the queue that is not a valid Hookline task",
         ))
         log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id="invalid",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from hookline.core import redact
 from hookline.core.config import MAX_READ_TIMEOUT, settings
 from hookline.core.event import ENDPOINT_ID_PATTERN
 from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
@@ -128,10 +129,11 @@ class Endpoint:
         )
 
     def public(self) -> dict[str, Any]:
-        """Everything but the secrets, which are masked: safe for listings and logs."""
+        """Everything but the secrets, which are masked, and the URL's credentials and tokens,
+        redacted: safe for listings and logs."""
         return {
             "id": self.id,
-            "url": self.url,
+            "url": redact.url(self.url),
             "enabled": self.enabled,
             "disabled_reason": self.disabled_reason or None,
             "timeout": self.timeout,

@@ -10,11 +10,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import after_setup_logger, worker_init, worker_ready, worker_shutdown
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    worker_init,
+    worker_ready,
+    worker_shutdown,
+)
+from celery.utils.log import get_multiprocessing_logger
 
 from hookline import compat
 from hookline.core.config import settings
-from hookline.core.logs import configure_json_logging, log_event
+from hookline.core.logs import configure_worker_logging, log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.worker.celery import app
 
@@ -38,10 +45,18 @@ def _check_versions(sender: Any = None, **_: object) -> None:
 
 
 @after_setup_logger.connect
-def _json_logs(logger: logging.Logger, **_: object) -> None:
-    """``HOOKLINE_LOG_FORMAT=json``: every worker log line becomes one JSON object."""
-    if settings().log_format == "json":
-        configure_json_logging(logger)
+@after_setup_task_logger.connect
+def _worker_logs(logger: logging.Logger, **_: object) -> None:
+    """The log handlers Celery set up in Hookline's worker (this module is loaded by Hookline's
+    app only): the root logger's, the multiprocessing logger's and ``celery.task``'s. Every
+    line is redacted (URLs in messages and tracebacks: urllib3's DEBUG lines, Celery's task
+    failure lines), and with ``HOOKLINE_LOG_FORMAT=json`` written as one JSON object,
+    Celery's own lines included."""
+    json_lines = settings().log_format == "json"
+    configure_worker_logging(logger, json_lines=json_lines)
+    multiprocessing_logger = get_multiprocessing_logger()
+    if multiprocessing_logger is not None and multiprocessing_logger is not logger:
+        configure_worker_logging(multiprocessing_logger, json_lines=json_lines)
 
 
 _releaser: Any = None
@@ -71,14 +86,16 @@ def _clear_metrics_files(sender: Any = None, **_: object) -> None:
 
 @worker_ready.connect
 def _serve_metrics(sender: Any = None, **_: object) -> None:
-    """Prometheus metrics on HOOKLINE_METRICS_PORT (0: none), served by the worker's main
-    process. A port already taken (another worker on the host) is logged, not fatal."""
+    """This worker's own counters and histograms on HOOKLINE_METRICS_ADDRESS and
+    HOOKLINE_METRICS_PORT (0: none), served by the worker's main process; the Redis gauges
+    are ``hookline metrics``'s. A port already taken (another worker on the host) is logged,
+    not fatal."""
     global _metrics_server
     if not _ours(sender):
         return
     from hookline.gauges import multiprocess_dir, start_server
 
-    port = settings().metrics_port
+    port, address = settings().metrics_port, settings().metrics_address
     if not port:
         return
     pool = type(getattr(sender, "pool", None)).__module__
@@ -87,12 +104,13 @@ def _serve_metrics(sender: Any = None, **_: object) -> None:
                   detail="prefork pool without PROMETHEUS_MULTIPROC_DIR: the pool processes' "
                          "counters are not served")
     try:
-        _metrics_server = start_server(port)
+        _metrics_server = start_server(port, engine=True, gauges=False, addr=address)
     except OSError as exc:
-        log_event("metrics.unavailable", level=logging.WARNING, port=port,
+        log_event("metrics.unavailable", level=logging.WARNING, address=address, port=port,
                   error=exc.strerror or type(exc).__name__)
         return
-    log_event("metrics.serving", port=port, multiprocess=bool(multiprocess_dir()))
+    log_event("metrics.serving", address=address, port=port,
+              multiprocess=bool(multiprocess_dir()))
 
 
 @worker_shutdown.connect

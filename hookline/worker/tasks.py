@@ -69,7 +69,7 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
     if isinstance(result, RetryDue):
         self.park_next(result.request, result.countdown, status=result.status,
                        error=result.error)
-        metrics.count_outcome(endpoint_id, "retry_scheduled")
+        metrics.count_retry(endpoint_id)
         return {"outcome": "retry_scheduled", "countdown": result.countdown,
                 "status": result.status}
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}

@@ -1,5 +1,6 @@
-"""Prometheus metrics: a real worker's /metrics after a real run, the prefork pool through
-PROMETHEUS_MULTIPROC_DIR, the Redis gauges, and ``hookline metrics``.
+"""Prometheus metrics: a real worker's /metrics after a real run (its own counters only, on
+loopback), the prefork pool through PROMETHEUS_MULTIPROC_DIR, series bounded under made-up and
+removed endpoints and past the cap, the Redis gauges, and ``hookline metrics`` serving them.
 
 Each worker here has a Redis database of its own (7), so that only it consumes this module's
 events and its counters hold nothing else.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -50,8 +52,8 @@ def broker() -> Iterator[Celery]:
     celery.close()
 
 
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+def scrape(port: int, host: str = "127.0.0.1") -> Samples:
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return {(sample.name, frozenset(sample.labels.items())): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
@@ -59,6 +61,22 @@ def scrape(port: int) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def listens(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def by_endpoint(samples: Samples) -> dict[str, list[str]]:
+    """Endpoint label value -> the names of its samples."""
+    found: dict[str, list[str]] = {}
+    for name, labels in samples:
+        endpoint = dict(labels).get("endpoint")
+        if endpoint is not None:
+            found.setdefault(endpoint, []).append(name)
+    return found
 
 
 def send(broker: Celery, endpoint_id: str, event_id: str) -> None:
@@ -91,43 +109,93 @@ def test_worker_serves_counts_of_a_real_run(receiver, start_worker, isolated, br
             *(("m-rated", f"rated-{n}") for n in range(3))]
     wait_until(lambda: all(isolated.exists(keys.done_key(*pair)) for pair in done), 30)
     send(broker, "m-ok", "ok-1")  # already delivered: a duplicate
-    wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="m-ok",
-                             outcome="duplicate", reason="") == 1)
+    wait_until(lambda: value(scrape(port), "hookline_duplicates_total", endpoint="m-ok") == 1)
     assert "metrics.serving" in worker.output()
 
     samples = scrape(port)
+    # Final outcomes only: their sum is the number of events finished (6 delivered, 1 dead).
     deliveries = {(dict(labels)["endpoint"], dict(labels)["outcome"], dict(labels)["reason"]):
                   count for (name, labels), count in samples.items()
                   if name == "hookline_deliveries_total"}
     assert deliveries == {
-        ("m-ok", "delivered", ""): 2, ("m-ok", "duplicate", ""): 1,
-        ("m-flaky", "retry_scheduled", ""): 1, ("m-flaky", "delivered", ""): 1,
+        ("m-ok", "delivered", ""): 2, ("m-flaky", "delivered", ""): 1,
         ("m-bad", "dead_lettered", "rejected"): 1, ("m-rated", "delivered", ""): 3,
     }
+    assert value(samples, "hookline_retries_scheduled_total", endpoint="m-flaky") == 1
+    assert value(samples, "hookline_retries_scheduled_total", endpoint="m-ok") == 0
+    assert value(samples, "hookline_duplicates_total", endpoint="m-ok") == 1
     responses = {(dict(labels)["endpoint"], dict(labels)["status_class"]): count
                  for (name, labels), count in samples.items()
                  if name == "hookline_responses_total"}
     assert responses == {("m-ok", "2xx"): 2, ("m-flaky", "5xx"): 1, ("m-flaky", "2xx"): 1,
                          ("m-bad", "4xx"): 1, ("m-rated", "2xx"): 3}
-    assert value(samples, "hookline_attempt_duration_seconds_count", endpoint="m-ok") == 2
-    assert value(samples, "hookline_attempt_duration_seconds_bucket", endpoint="m-ok",
-                 le="+Inf") == 2
-    # Lag: the first attempt's latency for m-ok; the backoff (0.2 s, jitter 0.2) for m-flaky.
-    assert value(samples, "hookline_delivery_lag_seconds_count", endpoint="m-flaky") == 1
-    assert value(samples, "hookline_delivery_lag_seconds_sum", endpoint="m-flaky") >= 0.15
-    assert value(samples, "hookline_delivery_lag_seconds_count", endpoint="m-bad") == 0
+    # Histograms have no endpoint label; the time per endpoint is a counter.
+    assert value(samples, "hookline_attempt_duration_seconds_count") == 8
+    assert value(samples, "hookline_attempt_duration_seconds_bucket", le="+Inf") == 8
+    assert 0 < value(samples, "hookline_endpoint_attempt_seconds_total", endpoint="m-ok") < 2
+    # Lag: publish to the successful attempt, for the 6 events delivered; m-flaky's includes
+    # its backoff (0.2 s, jitter 0.2).
+    assert value(samples, "hookline_delivery_lag_seconds_count") == 6
+    assert value(samples, "hookline_delivery_lag_seconds_sum") >= 0.15
     assert value(samples, "hookline_deferrals_total", endpoint="m-rated",
                  reason="rate_limited") >= 2
     assert value(samples, "hookline_deferrals_total", endpoint="m-ok",
                  reason="rate_limited") == 0
-    # The gauges read from this worker's Redis.
-    assert value(samples, "hookline_redis_up") == 1
-    assert value(samples, "hookline_dead_letters") == 1
-    assert value(samples, "hookline_scheduled_retries") == 0
-    assert value(samples, "hookline_queue_depth", queue="hookline") == 0
-    for endpoint_id in ("m-ok", "m-flaky", "m-bad", "m-rated"):
-        assert (samples[("hookline_breaker_state", frozenset({("endpoint", endpoint_id)}))]
-                == 0)
+    names = {name for name, _ in samples}
+    # The Redis gauges are the exporter's (hookline metrics), not every worker's.
+    assert not names & {"hookline_redis_up", "hookline_dead_letters", "hookline_queue_depth",
+                        "hookline_breaker_state"}
+    assert not [name for name in names if name.startswith("hookline_")
+                and name.endswith("_created")]
+    # Series per endpoint (README, "series budget"): one per counter and label set moved.
+    assert {endpoint: len(series) for endpoint, series in by_endpoint(samples).items()} == {
+        "m-ok": 4,  # delivered, duplicate, responses 2xx, attempt seconds
+        "m-flaky": 5,  # delivered, retry, responses 5xx and 2xx, attempt seconds
+        "m-bad": 3,  # dead_lettered rejected, responses 4xx, attempt seconds
+        "m-rated": 4,  # delivered, responses 2xx, attempt seconds, deferrals rate_limited
+    }
+    # On loopback only (HOOKLINE_METRICS_ADDRESS defaults to 127.0.0.1): 127.0.0.2 is this
+    # host too, but not the address the server is bound to.
+    assert listens("127.0.0.1", port) and not listens("127.0.0.2", port)
+
+
+def test_series_stay_bounded_under_made_up_removed_and_too_many_endpoints(
+        receiver, start_worker, isolated, broker):
+    port = free_port()
+    start_worker("metrics-bounded", extra_env={"HOOKLINE_METRICS_PORT": str(port),
+                                               "REDIS_URL": ISOLATED_URL,
+                                               "HOOKLINE_METRICS_MAX_ENDPOINTS": "2"})
+    # 20 deliveries to endpoint ids nobody registered: one label value between them.
+    for n in range(20):
+        send(broker, f"made-up-{n}", f"made-up-event-{n}")
+    wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="_unknown",
+                             outcome="dead_lettered", reason="endpoint_removed") == 20)
+    registry = EndpointRegistry(isolated)
+    for endpoint_id in ("b-1", "b-2", "b-3"):
+        registry.add(endpoint_id, receiver.route(f"/{endpoint_id}", always(Reply(204))))
+    for endpoint_id in ("b-1", "b-2", "b-3"):  # one at a time: b-3 is the one past the cap
+        send(broker, endpoint_id, f"{endpoint_id}-event")
+        wait_until(lambda endpoint_id=endpoint_id: isolated.exists(
+            keys.done_key(endpoint_id, f"{endpoint_id}-event")))
+    wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="_other",
+                             outcome="delivered", reason="") == 1)
+    samples = scrape(port)
+    assert set(by_endpoint(samples)) == {"_unknown", "b-1", "b-2", "_other"}
+    assert value(samples, "hookline_deliveries_total", endpoint="b-1", outcome="delivered",
+                 reason="") == 1
+    assert value(samples, "hookline_responses_total", endpoint="_other",
+                 status_class="2xx") == 1
+
+    # A removed endpoint's series go at the next scrape, and its events count as unknown.
+    registry.remove("b-1")
+    samples = scrape(port)
+    assert set(by_endpoint(samples)) == {"_unknown", "b-2", "_other"}
+    send(broker, "b-1", "b-1-after")
+    wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="_unknown",
+                             outcome="dead_lettered", reason="endpoint_removed") == 21)
+    assert "b-1" not in by_endpoint(scrape(port))
+    # Series budget: per endpoint label, at most what README says (here: 3 each).
+    assert all(len(series) <= 3 for series in by_endpoint(scrape(port)).values())
 
 
 def test_prefork_pool_processes_are_added_up_through_the_multiprocess_dir(
@@ -149,7 +217,8 @@ def test_prefork_pool_processes_are_added_up_through_the_multiprocess_dir(
     wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="m-pre",
                              outcome="delivered", reason="") == 9)
     samples = scrape(port)
-    assert value(samples, "hookline_attempt_duration_seconds_count", endpoint="m-pre") == 9
+    assert value(samples, "hookline_attempt_duration_seconds_count") == 9
+    assert value(samples, "hookline_responses_total", endpoint="m-pre", status_class="2xx") == 9
     writers = {path.name for path in directory.glob("*.db")}
     assert "counter_999999.db" not in writers
     assert len([name for name in writers if name.startswith("counter_")]) >= 2  # children
@@ -211,10 +280,11 @@ def test_hookline_metrics_serves_the_redis_gauges_alone(isolated):
     env: dict[str, Any] = {**os.environ, "REDIS_URL": ISOLATED_URL}
     process = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "hookline"), "metrics", "--port",
-         str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+         str(port), "--address", "127.0.0.2"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
     try:
-        samples = wait_until(lambda: _try_scrape(port), timeout=15)
+        samples = wait_until(lambda: _try_scrape(port, "127.0.0.2"), timeout=15)
+        assert not listens("127.0.0.1", port)  # only on the address it was given
         names = {name for name, _ in samples}
         assert value(samples, "hookline_breaker_state", endpoint="cli-ep") == 0
         assert "hookline_dead_letters" in names and "hookline_queue_depth" in names
@@ -225,10 +295,19 @@ def test_hookline_metrics_serves_the_redis_gauges_alone(isolated):
         out, err = process.communicate(timeout=10)
     assert process.returncode == 0, err
     assert "metrics server stopped" in out
+    assert "http://127.0.0.2:" in out
 
 
-def _try_scrape(port: int) -> Samples | None:
+def test_hookline_metrics_refuses_an_address_that_is_not_one():
+    result = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "hookline"), "metrics", "--address",
+         "everywhere"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "--address" in result.stderr and "must be an IP address" in result.stderr
+
+
+def _try_scrape(port: int, host: str = "127.0.0.1") -> Samples | None:
     try:
-        return scrape(port)
+        return scrape(port, host)
     except OSError:
         return None

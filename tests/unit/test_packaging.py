@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 #: Distribution name -> the module Hookline would import.
-MODULE_OF = {"prometheus-client": "prometheus_client"}
+MODULE_OF = {"prometheus-client": "prometheus_client", "python-json-logger": "pythonjsonlogger"}
 #: Declared although Hookline imports nothing of theirs, and why.
 NOT_IMPORTED = {
     "billiard": "Celery's pool library: declared to fence the tested range (hookline/compat.py)",
