@@ -9,15 +9,21 @@ from datetime import datetime
 from typing import Any
 
 from hookline.core.config import settings
-from hookline.core.errors import HooklineError
-from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.errors import HooklineError, InvalidField
+from hookline.core.event import check_deadline, validate_event
 from hookline.core.messages import shown_args
 from hookline.delivery.publisher import publish
 from hookline.store.endpoints import EndpointRegistry, UnknownEndpoint
 
 
 class WebhookInputError(HooklineError, ValueError):
-    """The event cannot be enqueued as given; the message says why."""
+    """The event cannot be enqueued as given; the message says why, naming the field
+    (:attr:`field`: ``endpoint_id``, ``event_type``, ``payload``, ``event_id`` or
+    ``deadline``)."""
+
+    def __init__(self, message: str, field: str = "endpoint_id") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -45,17 +51,14 @@ def prepare_event(
     """The checks of :func:`send_webhook`, without enqueueing; raises
     :class:`WebhookInputError`. The payload is copied as JSON, so an event enqueued later (on
     a transaction's commit) is the one validated now even if the caller's object changes."""
-    event_id = event_id or str(uuid.uuid4())
+    event_id = str(uuid.uuid4()) if event_id is None else event_id
     try:
-        text = validate_event(endpoint_id, event_type, payload, event_id)
-        deadline_ts = to_timestamp(deadline, name="deadline")
-    except MalformedEvent as exc:
-        raise WebhookInputError(str(exc)) from None
-    size, limit = len(text.encode()), settings().max_payload_bytes
-    if size > limit:
-        raise WebhookInputError(
-            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
-        )
+        text = validate_event(endpoint_id, event_type, payload, event_id,
+                              max_bytes=settings().max_payload_bytes)
+        deadline_ts = check_deadline(deadline)
+    except InvalidField as exc:
+        raise WebhookInputError(str(exc), exc.field) from None
+    size = len(text.encode())
     try:
         (registry or EndpointRegistry()).require(endpoint_id)
     except UnknownEndpoint as exc:

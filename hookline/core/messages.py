@@ -12,6 +12,8 @@ import json
 import time
 from typing import Any
 
+from hookline.core.event import MAX_KEPT_DEPTH, nested_deeper_than
+
 #: The Celery task name of one delivery.
 TASK_NAME = "hookline.deliver"
 #: Queue of first deliveries.
@@ -48,9 +50,15 @@ def stamped(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def payload_size(payload: Any) -> int:
-    """Bytes of ``payload`` as compact JSON."""
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+def payload_size(payload: Any) -> int | None:
+    """Bytes of ``payload`` as compact JSON, or None if it is not JSON (nested too deep,
+    not serialisable, not UTF-8): the worker will dead-letter it, this only describes it."""
+    if nested_deeper_than(payload, MAX_KEPT_DEPTH):
+        return None
+    try:
+        return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return None
 
 
 def shown_args(endpoint_id: str, event_type: str, payload: Any, *,
@@ -59,4 +67,5 @@ def shown_args(endpoint_id: str, event_type: str, payload: Any, *,
     type, and the payload's size (``size`` when the caller measured it already), not its
     content (it may hold personal data)."""
     size = payload_size(payload) if size is None else size
-    return repr((endpoint_id, event_type, f"<payload: {size} bytes>"))
+    described = "not valid JSON" if size is None else f"{size} bytes"
+    return repr((endpoint_id, event_type, f"<payload: {described}>"))

@@ -9,7 +9,15 @@ import uuid
 from typing import Any
 
 from hookline.core import metrics
-from hookline.core.event import ENDPOINT_ID_PATTERN
+from hookline.core.event import (
+    ENDPOINT_ID_PATTERN,
+    MAX_EVENT_TYPE_LENGTH,
+    MalformedEvent,
+    kept_payload,
+    recorded_id,
+    shown,
+    to_timestamp,
+)
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
@@ -41,23 +49,34 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     args = list(args) + [None] * 3
     valid_id = isinstance(args[0], str) and ENDPOINT_ID_PATTERN.match(args[0])
     endpoint_id = args[0] if valid_id else "invalid"
-    event_id = kwargs.get("event_id") or task_id or "unknown"
+    event_id = kwargs.get("event_id")
+    # Recorded under the event's own id, even an invalid one (recorded_id bounds its length,
+    # and lookups apply the same), so that 'hookline event show ID' finds it.
+    event_id = (task_id or "unknown") if event_id is None else event_id
+    attempts = kwargs.get("attempts")
     entry = DeadLetter(
         endpoint_id=endpoint_id[:64],
-        event_id=str(event_id)[:200],
-        event_type=str(args[1]) if args[1] is not None else "",
-        payload=args[2],
+        event_id=recorded_id(event_id),
+        event_type=recorded_id(args[1], MAX_EVENT_TYPE_LENGTH) if args[1] is not None else "",
+        payload=kept_payload(args[2]),
         reason=reason,
-        attempts=int(kwargs.get("attempts") or 0),
-        first_attempt_at=kwargs.get("first_attempt_at"),
+        attempts=attempts if type(attempts) is int and 0 <= attempts < 2**53 else 0,
+        first_attempt_at=_time_or_none(kwargs.get("first_attempt_at")),
         last_status=last_status,
         last_error=last_error or f"{type(exception).__name__}: {exception}"[:500],
-        detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
+        detail="" if valid_id else f"endpoint id as sent: {shown(args[0], 100)}",
     )
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
     log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id=entry.endpoint_id,
               event_id=entry.event_id, reason=reason, error=type(exception).__name__)
+
+
+def _time_or_none(value: Any) -> float | None:
+    try:
+        return to_timestamp(value, name="first_attempt_at")
+    except MalformedEvent:
+        return None
 
 
 def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
