@@ -39,6 +39,9 @@ MAX_PAYLOAD_DEPTH = 64
 MAX_DEADLINE_AHEAD = 10 * 365.25 * 86400
 #: Largest Unix time accepted anywhere (the last second of year 9999, datetime's limit).
 MAX_TIMESTAMP = 253402300799.0
+#: The endpoint a dead letter is filed under when the delivery's own endpoint id was invalid
+#: (the id as sent is in the entry's ``detail``).
+INVALID_ENDPOINT = "invalid"
 #: Characters of a refused value shown in an error message.
 SHOWN_LENGTH = 60
 
@@ -112,7 +115,7 @@ def nested_deeper_than(payload: Any, limit: int) -> bool:
     level at a time: no recursion to overflow, and a payload that contains itself is simply
     too deep."""
     level = [payload]
-    for _ in range(limit + 1):
+    for _ in range(limit):
         containers = [item for item in level if isinstance(item, _CONTAINERS)]
         if not containers:
             return False

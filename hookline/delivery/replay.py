@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from hookline.core.config import settings
 from hookline.core.errors import InvalidField
-from hookline.core.event import validate_event
+from hookline.core.event import INVALID_ENDPOINT, validate_event
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME
 from hookline.core.policy import parse_rate
@@ -68,6 +68,9 @@ def invalid_entries(entries: list[DeadLetter]) -> list[tuple[DeadLetter, str]]:
     limit = settings().max_payload_bytes
     invalid = []
     for entry in entries:
+        if entry.endpoint_id == INVALID_ENDPOINT and entry.detail:
+            invalid.append((entry, f"its endpoint id was invalid ({entry.detail})"))
+            continue
         try:
             validate_event(entry.endpoint_id, entry.event_type, entry.payload, entry.event_id,
                            max_bytes=limit)

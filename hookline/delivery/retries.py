@@ -11,6 +11,7 @@ from typing import Any
 from hookline.core import metrics
 from hookline.core.event import (
     ENDPOINT_ID_PATTERN,
+    INVALID_ENDPOINT,
     MAX_EVENT_TYPE_LENGTH,
     MalformedEvent,
     kept_payload,
@@ -48,7 +49,7 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     with whatever of its arguments can be read."""
     args = list(args) + [None] * 3
     valid_id = isinstance(args[0], str) and ENDPOINT_ID_PATTERN.match(args[0])
-    endpoint_id = args[0] if valid_id else "invalid"
+    endpoint_id = args[0] if valid_id else INVALID_ENDPOINT
     event_id = kwargs.get("event_id")
     # Recorded under the event's own id, even an invalid one (recorded_id bounds its length,
     # and lookups apply the same), so that 'hookline event show ID' finds it.
