@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from examples.receiver import Reply, always, fail_first
+from examples.receiver import Receiver, Reply, always, fail_first
 from hookline import WebhookInputError, deliver, send_webhook
 from hookline.core import config
 from hookline.core.errors import HooklineError
@@ -124,13 +124,20 @@ HOSTILE_EVENTS = [
 EVENT_IDS = [case.name for case in HOSTILE_EVENTS]
 
 
+@pytest.fixture(scope="module")
+def quiet_receiver() -> Iterator[Receiver]:
+    """One receiver for the module's hostile events (a receiver takes half a second to stop)."""
+    with Receiver() as running:
+        yield running
+
+
 @pytest.fixture
-def endpoint(receiver) -> Iterator[Any]:
+def endpoint(quiet_receiver) -> Iterator[Any]:
     endpoint_id = f"ep-{uuid.uuid4().hex[:10]}"
-    added = EndpointRegistry().add(endpoint_id, receiver.route(f"/{endpoint_id}",
-                                                               always(Reply(204))))
+    added = EndpointRegistry().add(endpoint_id, quiet_receiver.route(f"/{endpoint_id}",
+                                                                     always(Reply(204))))
     yield added
-    assert receiver.requests_to(f"/{endpoint_id}") == []  # nothing hostile was ever sent
+    assert quiet_receiver.requests_to(f"/{endpoint_id}") == []  # nothing hostile was sent
 
 
 def assert_names_field(error: BaseException | str, case: Event) -> None:
