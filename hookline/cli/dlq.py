@@ -279,7 +279,7 @@ def _echo_missing(ids: tuple[str, ...], entries: list[DeadLetter]) -> None:
     found = {entry.id for entry in entries} | {entry.event_id for entry in entries}
     missing = [entry_id for entry_id in ids if lookup_id(entry_id) not in found]
     if missing:
-        click.echo(f"not in the dead-letter queue: {', '.join(map(shown, missing))}", err=True)
+        click.echo(f"not in the dead-letter queue: {', '.join(map(printable, missing))}", err=True)
 
 
 def _warn_undeliverable(entries: list[DeadLetter]) -> None:
