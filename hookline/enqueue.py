@@ -9,8 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from hookline.core.config import settings
-from hookline.core.errors import HooklineError
-from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.errors import HooklineError, InvalidField
+from hookline.core.event import check_deadline, validate_event
 from hookline.core.identity import content_digest
 from hookline.core.messages import shown_args
 from hookline.delivery.publisher import publish
@@ -19,7 +19,13 @@ from hookline.store.identity import Claim, claims
 
 
 class WebhookInputError(HooklineError, ValueError):
-    """The event cannot be enqueued as given; the message says why."""
+    """The event cannot be enqueued as given; the message says why, naming the field
+    (:attr:`field`: ``endpoint_id``, ``event_type``, ``payload``, ``event_id`` or
+    ``deadline``)."""
+
+    def __init__(self, message: str, field: str = "endpoint_id") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class EventIdConflict(WebhookInputError):
@@ -30,7 +36,8 @@ class EventIdConflict(WebhookInputError):
         super().__init__(
             f"event id {event_id!r} was already sent to endpoint {endpoint_id!r} with a "
             "different event type or payload: an event id names one event (the same id "
-            "with the same content is delivered once); give new content a new id"
+            "with the same content is delivered once); give new content a new id",
+            "event_id",
         )
         self.endpoint_id = endpoint_id
         self.event_id = event_id
@@ -67,17 +74,14 @@ def prepare_event(
     One Redis round trip: the endpoint exists, and the event id is free or bound to this
     content; ``bind`` binds a free id now (``False``: only check, for an event that may never
     be enqueued, such as one waiting for a commit; the worker binds it then)."""
-    event_id = event_id or str(uuid.uuid4())
+    event_id = str(uuid.uuid4()) if event_id is None else event_id
     try:
-        text = validate_event(endpoint_id, event_type, payload, event_id)
-        deadline_ts = to_timestamp(deadline, name="deadline")
-    except MalformedEvent as exc:
-        raise WebhookInputError(str(exc)) from None
-    size, limit = len(text.encode()), settings().max_payload_bytes
-    if size > limit:
-        raise WebhookInputError(
-            f"payload is {size} bytes; the limit is {limit} (HOOKLINE_MAX_PAYLOAD_BYTES)"
-        )
+        text = validate_event(endpoint_id, event_type, payload, event_id,
+                              max_bytes=settings().max_payload_bytes)
+        deadline_ts = check_deadline(deadline)
+    except InvalidField as exc:
+        raise WebhookInputError(str(exc), exc.field) from None
+    size = len(text.encode())
     copy = json.loads(text)
     claim = claims(registry.redis if registry else None).claim(
         endpoint_id, event_id, content_digest(event_type, copy), bind=bind)

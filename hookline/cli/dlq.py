@@ -8,7 +8,6 @@ spread in time through the retry schedule (``--rate``); ``trim`` applies the ret
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -19,12 +18,23 @@ from typing import Any
 
 import click
 
-from hookline.cli.output import echo_fields, echo_json, echo_table, format_age, format_time, shorten
+from hookline.cli.output import (
+    echo_fields,
+    echo_json,
+    echo_table,
+    format_age,
+    format_time,
+    printable,
+    readable_json,
+    shorten,
+)
 from hookline.core.config import settings
+from hookline.core.event import recorded_id, shown
 from hookline.core.policy import PolicyError, parse_rate
 from hookline.delivery.replay import (
     DEFAULT_REPLAY_RATE,
     THROTTLE_ABOVE,
+    invalid_entries,
     replay_entries,
     replay_interval,
     replay_spread,
@@ -142,6 +152,14 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+def lookup_id(given: str) -> str:
+    """An entry id (``ENDPOINT/EVENT_ID``) or event id as a dead letter records it: an
+    overlong event id is recorded by its start and length (``recorded_id``), so the id as it
+    was sent still finds its entry."""
+    endpoint_id, slash, event_id = given.partition("/")
+    return f"{endpoint_id}/{recorded_id(event_id)}" if slash else recorded_id(given)
+
+
 def build_filter(ids: Iterable[str] = (), *, endpoint_id: str | None = None,
                  reason: str | None = None, since: float | None = None,
                  until: float | None = None, min_attempts: int | None = None,
@@ -151,7 +169,8 @@ def build_filter(ids: Iterable[str] = (), *, endpoint_id: str | None = None,
     if min_attempts is not None and max_attempts is not None and min_attempts > max_attempts:
         raise click.UsageError("--min-attempts is above --max-attempts: the range is empty")
     return DeadLetterFilter(endpoint_id=endpoint_id, reason=reason, since=since, until=until,
-                            ids=tuple(ids), min_attempts=min_attempts,
+                            ids=tuple(lookup_id(given) for given in ids),
+                            min_attempts=min_attempts,
                             max_attempts=max_attempts)
 
 
@@ -213,10 +232,10 @@ def dlq_list(limit: int, as_json: bool, **filters: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def dlq_show(entry_id: str, as_json: bool) -> None:
     """Show one dead letter, payload included. ID is ENDPOINT/EVENT_ID, as 'dlq list' shows."""
-    entry = DeadLetterQueue().get(entry_id)
+    entry = DeadLetterQueue().get(lookup_id(entry_id))
     if entry is None:
         raise click.ClickException(
-            f"no dead letter {entry_id!r}: ids look like ENDPOINT/EVENT_ID "
+            f"no dead letter {shown(entry_id)}: ids look like ENDPOINT/EVENT_ID "
             "(see 'hookline dlq list')"
         )
     if as_json:
@@ -237,8 +256,7 @@ def dlq_show(entry_id: str, as_json: bool) -> None:
         ("dead-lettered", format_time(entry.dead_lettered_at)),
     ])
     click.echo("payload:")
-    click.echo(json.dumps(entry.payload, indent=2, sort_keys=True, ensure_ascii=False,
-                          default=str))
+    click.echo(readable_json(entry.payload))
 
 
 def _action_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -254,14 +272,14 @@ def _action_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _echo_selection(verb: str, entries: list[DeadLetter]) -> None:
     click.echo(f"would {verb} {len(entries)} dead letter(s)")
     for entry in entries:
-        click.echo(entry.id)
+        click.echo(printable(entry.id))
 
 
 def _echo_missing(ids: tuple[str, ...], entries: list[DeadLetter]) -> None:
     found = {entry.id for entry in entries} | {entry.event_id for entry in entries}
-    missing = [entry_id for entry_id in ids if entry_id not in found]
+    missing = [entry_id for entry_id in ids if lookup_id(entry_id) not in found]
     if missing:
-        click.echo(f"not in the dead-letter queue: {', '.join(missing)}", err=True)
+        click.echo(f"not in the dead-letter queue: {', '.join(map(printable, missing))}", err=True)
 
 
 def _warn_undeliverable(entries: list[DeadLetter]) -> None:
@@ -311,14 +329,23 @@ def dlq_replay(ids: tuple[str, ...], select_all: bool, dry_run: bool, rate: str 
     if entries:
         _warn_undeliverable(entries)
     if dry_run:
+        invalid = invalid_entries(entries)
+        refused = {id(entry) for entry, _ in invalid}
+        entries = [entry for entry in entries if id(entry) not in refused]
         click.echo(f"would replay {len(entries)} dead letter(s) "
                    f"{_describe_pace(interval, replay_spread(entries, interval))}")
         for entry in entries:
-            click.echo(entry.id)
+            click.echo(printable(entry.id))
+        for entry, problem in invalid:
+            click.echo(f"would not replay, not a valid event: {printable(entry.id)}: {problem}",
+                       err=True)
         return
     outcome = replay_entries(queue, entries, interval=interval)
     click.echo(f"replayed {len(outcome.replayed)} dead letter(s) "
                f"{_describe_pace(interval, outcome.spread)}")
+    for entry, problem in outcome.invalid:
+        click.echo(f"not replayed, not a valid event (it stays in the queue): "
+                   f"{printable(entry.id)}: {problem}", err=True)
     if outcome.kept:
         click.echo(f"warning: {len(outcome.kept)} dead letter(s) not replayed: the retry "
                    "schedule is at its cap (HOOKLINE_SCHEDULE_MAX, "

@@ -14,6 +14,7 @@ import click
 
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_age, format_time, shorten
 from hookline.core.config import settings
+from hookline.core.event import recorded_id, shown
 from hookline.store.events import EventDelivery, EventView
 from hookline.store.history import RecentAttempts
 
@@ -80,16 +81,17 @@ def event() -> None:
 def event_show(event_id: str, endpoint_id: str | None, as_json: bool) -> None:
     """Show each kept attempt of EVENT_ID (time, status, latency, error, the start of the
     response) and whether it was delivered, is scheduled for a retry or was dead-lettered."""
+    event_id = recorded_id(event_id)  # an overlong id is recorded by its start and length
     view = EventView()
     endpoint_ids = [endpoint_id] if endpoint_id else view.endpoints_of(event_id)
     deliveries = [view.delivery(found, event_id) for found in endpoint_ids]
     deliveries = [found for found in deliveries
                   if found.attempts or found.state != "pending" or found.conflict]
     if not deliveries:
-        where = f" at endpoint {endpoint_id!r}" if endpoint_id else ""
+        where = f" at endpoint {shown(endpoint_id)}" if endpoint_id else ""
         kept = format_age(settings().history_retention)
         raise click.ClickException(
-            f"nothing recorded for event {event_id!r}{where}: no attempt in the last {kept} "
+            f"nothing recorded for event {shown(event_id)}{where}: no attempt in the last {kept} "
             "(HOOKLINE_HISTORY_RETENTION), no scheduled retry, no dead letter; it may still "
             "be waiting in the hookline queue")
     if as_json:

@@ -34,6 +34,8 @@ from hookline.cli.secret import rotate_secret
 from hookline.cli.stats import stats
 from hookline.core import redact
 from hookline.core.config import ConfigError, settings
+from hookline.core.errors import HooklineError, InvalidField
+from hookline.core.event import parse_json_text, shown
 from hookline.core.policy import PolicyError
 from hookline.delivery.retries import disable_endpoint, remove_endpoint
 from hookline.enqueue import WebhookInputError, send_webhook
@@ -41,8 +43,9 @@ from hookline.store.endpoints import Endpoint, EndpointError, EndpointRegistry
 from hookline.store.gates import Gate
 from hookline.store.history import AttemptHistory
 
-#: Errors whose message already says what to fix: shown as is.
-INPUT_ERRORS = (EndpointError, WebhookInputError, ConfigError, PolicyError)
+#: Errors whose message already says what to fix (every HooklineError: bad input naming its
+#: field, bad settings, an unknown endpoint): shown as is.
+INPUT_ERRORS = (HooklineError, EndpointError, WebhookInputError, ConfigError, PolicyError)
 DEFAULT_TEST_PAYLOAD = '{"message": "test event from hookline"}'
 
 
@@ -75,12 +78,13 @@ class JsonParam(click.ParamType):
                 ) -> Any:
         if not isinstance(value, str):
             return value
+        field = (param.name if param is not None and param.name else "value").replace("_", " ")
         try:
-            parsed = json.loads(value)
-        except ValueError as exc:
-            self.fail(f"{value!r} is not valid JSON: {exc}", param, ctx)
+            parsed = parse_json_text(field, value)  # its depth measured first, on the text
+        except InvalidField as exc:
+            self.fail(str(exc), param, ctx)
         if self.object_only and not isinstance(parsed, dict):
-            self.fail(f"{value!r} must be a JSON object, e.g. '{{\"max_attempts\": 5}}'",
+            self.fail(f"{shown(value)} must be a JSON object, e.g. '{{\"max_attempts\": 5}}'",
                       param, ctx)
         return parsed
 
@@ -136,8 +140,8 @@ def checked_rate(rate: str | None) -> str | None:
     """``rate`` as given, once known to be ASCII: ``parse_rate`` trusts ``str.isdigit``, which
     passes digits such as '²' that ``int`` then refuses with a bare ValueError."""
     if rate is not None and not rate.isascii():
-        raise EndpointError(f"rate {rate!r} is invalid: use N/s, N/m or N/h with N a positive "
-                            "integer (e.g. 50/s, 3000/m)")
+        raise EndpointError(f"rate {shown(rate)} is invalid: use N/s, N/m or N/h with N a "
+                            "positive integer (e.g. 50/s, 3000/m)", "rate")
     return rate
 
 

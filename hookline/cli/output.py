@@ -24,6 +24,28 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+def printable(text: str) -> str:
+    """``text`` with each control, line-break or invisible character escaped (``\\n``,
+    ``\\x1b``): a value that came in malformed (a dead letter's event id) cannot move the
+    cursor, forge a line or hide itself on an operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable()
+                   else character.encode("unicode_escape").decode("ascii")
+                   for character in text)
+
+
+def readable_json(value: Any) -> str:
+    """``value`` as indented JSON for people: non-ASCII text as it is, unless some cannot be
+    written as UTF-8 (a lone surrogate), then escaped."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=2, sort_keys=True, default=str)
+    return text
+
+
 def shorten(text: str, width: int = MAX_CELL_WIDTH) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -31,7 +53,7 @@ def shorten(text: str, width: int = MAX_CELL_WIDTH) -> str:
 
 def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Columns padded to their widest cell; ``None`` prints as ``-``."""
-    cells = [["-" if value is None else str(value) for value in row] for row in rows]
+    cells = [["-" if value is None else printable(str(value)) for value in row] for row in rows]
     widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in
               enumerate(headers)]
     for row in [[header.upper() for header in headers], *cells]:
@@ -41,7 +63,7 @@ def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 
 def field_lines(fields: Iterable[tuple[str, Any]]) -> list[str]:
     """``name: value`` lines with the values aligned; ``None`` prints as ``-``."""
-    pairs = [(name, "-" if value is None else str(value)) for name, value in fields]
+    pairs = [(name, "-" if value is None else printable(str(value))) for name, value in fields]
     width = max((len(name) for name, _ in pairs), default=0) + 1
     return [f"{name + ':':<{width}} {value}" for name, value in pairs]
 

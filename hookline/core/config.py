@@ -12,13 +12,22 @@ from dataclasses import dataclass, field
 
 from hookline.core import redact
 from hookline.core.errors import HooklineError
-from hookline.core.policy import PolicyError, RetryPolicy
+from hookline.core.policy import MAX_BACKOFF_LIMIT, PolicyError, RetryPolicy
 from hookline.core.ssrf import Network, parse_networks
 
 #: Longest read timeout an endpoint may have, seconds.
 MAX_READ_TIMEOUT = 120.0
 #: Seconds an in-flight lease outlives the longest its attempt can take.
 LEASE_MARGIN = 10.0
+#: Longest connect timeout, seconds.
+MAX_CONNECT_TIMEOUT = 60.0
+#: Largest payload or response size limit, bytes (16 MiB).
+MAX_BYTES = 16 * 1024 * 1024
+#: Bounds of the time settings, seconds: every setting is finite and bounded, so that every
+#: time computed from them (due times, TTLs) is a small finite number.
+DAY = 86400.0
+WEEK = 7 * DAY
+YEAR = 365 * DAY
 
 
 class ConfigError(HooklineError, ValueError):
@@ -130,7 +139,8 @@ def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float
     return value
 
 
-def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
+             maximum: int = 10**9) -> int:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -138,8 +148,8 @@ def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 
         value = int(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={raw!r} must be >= {minimum}")
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{name}={raw!r} must be an integer from {minimum} to {maximum}")
     return value
 
 
@@ -230,37 +240,49 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     settings = Settings(
         redis_url=redis_url,
         broker_url=env.get("HOOKLINE_BROKER_URL") or redis_url,
-        visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0),
+        visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0,
+                                   maximum=WEEK),
         retry_policy=_retry_policy(env),
-        retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0),
-        connect_timeout=_number(env, "HOOKLINE_CONNECT_TIMEOUT", 5.0, minimum=0.1),
+        retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0,
+                                maximum=MAX_BACKOFF_LIMIT),
+        connect_timeout=_number(env, "HOOKLINE_CONNECT_TIMEOUT", 5.0, minimum=0.1,
+                                maximum=MAX_CONNECT_TIMEOUT),
         read_timeout=_number(env, "HOOKLINE_READ_TIMEOUT", 15.0, minimum=0.1,
                              maximum=MAX_READ_TIMEOUT),
-        max_payload_bytes=_integer(env, "HOOKLINE_MAX_PAYLOAD_BYTES", 256 * 1024, minimum=1),
-        max_response_bytes=_integer(env, "HOOKLINE_MAX_RESPONSE_BYTES", 64 * 1024, minimum=0),
-        replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0),
-        max_unsettled_starts=_integer(env, "HOOKLINE_MAX_UNSETTLED_STARTS", 3, minimum=1),
+        max_payload_bytes=_integer(env, "HOOKLINE_MAX_PAYLOAD_BYTES", 256 * 1024, minimum=1,
+                                   maximum=MAX_BYTES),
+        max_response_bytes=_integer(env, "HOOKLINE_MAX_RESPONSE_BYTES", 64 * 1024, minimum=0,
+                                    maximum=MAX_BYTES),
+        replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0, maximum=YEAR),
+        max_unsettled_starts=_integer(env, "HOOKLINE_MAX_UNSETTLED_STARTS", 3, minimum=1,
+                                      maximum=100),
         dlq_spool_path=env.get("HOOKLINE_DLQ_SPOOL", "hookline-dlq-spool.jsonl"),
-        dlq_retention=_number(env, "HOOKLINE_DLQ_RETENTION", 30 * 86400.0),
+        dlq_retention=_number(env, "HOOKLINE_DLQ_RETENTION", 30 * 86400.0, maximum=10 * YEAR),
         breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
-        breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1),
-        breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1),
+        breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1,
+                                 maximum=DAY),
+        breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1,
+                                     maximum=DAY),
         allowed_networks=_networks(env, "HOOKLINE_ALLOWED_NETWORKS"),
         https_only=_flag(env, "HOOKLINE_HTTPS_ONLY", False),
-        secret_overlap=_number(env, "HOOKLINE_SECRET_OVERLAP", 86400.0),
+        secret_overlap=_number(env, "HOOKLINE_SECRET_OVERLAP", 86400.0, maximum=30 * DAY),
         schedule_max=_integer(env, "HOOKLINE_SCHEDULE_MAX", 1_000_000, minimum=1),
         schedule_max_per_endpoint=_integer(env, "HOOKLINE_SCHEDULE_MAX_PER_ENDPOINT", 100_000,
                                            minimum=1),
-        retry_queue_limit=_integer(env, "HOOKLINE_RETRY_QUEUE_LIMIT", 1000, minimum=1),
+        retry_queue_limit=_integer(env, "HOOKLINE_RETRY_QUEUE_LIMIT", 1000, minimum=1,
+                                   maximum=10**7),
         releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
-        releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01),
+        releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01,
+                                   maximum=60.0),
         metrics_port=_port(env, "HOOKLINE_METRICS_PORT", 9808),
         metrics_address=_address(env, "HOOKLINE_METRICS_ADDRESS", "127.0.0.1"),
         metrics_max_endpoints=_integer(env, "HOOKLINE_METRICS_MAX_ENDPOINTS", 200),
         log_format=log_format,
-        history_retention=_number(env, "HOOKLINE_HISTORY_RETENTION", 7 * 86400.0),
-        history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1),
-        history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0),
+        history_retention=_number(env, "HOOKLINE_HISTORY_RETENTION", 7 * 86400.0, maximum=YEAR),
+        history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1,
+                                  maximum=10_000),
+        history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0,
+                                    maximum=64 * 1024),
     )
     if settings.breaker_max_cooldown < settings.breaker_cooldown:
         raise ConfigError(

@@ -50,7 +50,8 @@ def publish_time(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MalformedEvent(f"enqueued_at must be Unix seconds, got {value!r}")
+        raise MalformedEvent("enqueued_at", f"enqueued_at must be Unix seconds, got {value!r}")
     if not math.isfinite(value) or not 0 <= value <= _MAX_TIME:
-        raise MalformedEvent(f"enqueued_at {value!r} is not a time between 1970 and 9999")
+        raise MalformedEvent("enqueued_at",
+                             f"enqueued_at {value!r} is not a time between 1970 and 9999")
     return float(value)

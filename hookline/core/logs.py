@@ -79,10 +79,14 @@ def log_event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
 
 
 def _text(value: Any) -> str:
+    """A field's value in a text line: quoted (JSON, so escaped) when it holds a space, a
+    quote, an ``=`` or anything unprintable, so a value can never start a forged field or
+    line."""
     if isinstance(value, float):
         return f"{value:.3f}"
     text = str(value)
-    return json.dumps(text) if (" " in text or not text) else text
+    plain = text and text.isprintable() and not any(c in text for c in ' "=')
+    return text if plain else json.dumps(text)
 
 
 def configure_worker_logging(logger: logging.Logger, *, json_lines: bool) -> None:

@@ -12,6 +12,8 @@ import json
 import time
 from typing import Any
 
+from hookline.core.event import MAX_KEPT_DEPTH, nested_deeper_than
+
 #: The Celery task name of one delivery.
 TASK_NAME = "hookline.deliver"
 #: Queue of first deliveries.
@@ -48,9 +50,15 @@ def stamped(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def payload_size(payload: Any) -> int:
-    """Bytes of ``payload`` as compact JSON."""
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+def payload_size(payload: Any) -> int | None:
+    """Bytes of ``payload`` as compact JSON, or None if it is not JSON (nested too deep,
+    not serialisable, not UTF-8): the worker will dead-letter it, this only describes it."""
+    if nested_deeper_than(payload, MAX_KEPT_DEPTH):
+        return None
+    try:
+        return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return None
 
 
 def shown_args(endpoint_id: str, event_type: str, payload: Any, *,
@@ -59,7 +67,8 @@ def shown_args(endpoint_id: str, event_type: str, payload: Any, *,
     type, and the payload's size (``size`` when the caller measured it already), not its
     content (it may hold personal data)."""
     size = payload_size(payload) if size is None else size
-    return repr((endpoint_id, event_type, f"<payload: {size} bytes>"))
+    described = "not valid JSON" if size is None else f"{size} bytes"
+    return repr((endpoint_id, event_type, f"<payload: {described}>"))
 
 
 #: Longest text of one argument Flower is shown (an id or an event type; longer is cut).
@@ -67,10 +76,9 @@ SHOWN_TEXT = 100
 
 
 def _shown_payload(payload: Any) -> str:
-    try:
-        return f"<payload: {payload_size(payload)} bytes>"
-    except (TypeError, ValueError, RecursionError):
-        return f"<payload: {type(payload).__name__}, not JSON>"
+    size = payload_size(payload)  # never raises: None when it is not JSON
+    return f"<payload: {type(payload).__name__}, not JSON>" if size is None else (
+        f"<payload: {size} bytes>")
 
 
 def _shown_value(value: Any) -> Any:

@@ -16,12 +16,22 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from hookline.core.errors import HooklineError
+
 #: No backoff may exceed this, whatever the settings say (one week, in seconds): a bound that
 #: keeps every computed due time a small finite float.
 MAX_BACKOFF_LIMIT = 7 * 24 * 3600.0
+#: Most attempts a policy may allow: more is a retry storm, not a policy, and the schedule
+#: shown by ``hookline endpoint show`` is computed from it.
+MAX_ATTEMPTS_LIMIT = 1000
+#: Largest growth factor per attempt: past it the second retry already meets the cap.
+MAX_MULTIPLIER = 100.0
+#: Longest a policy may keep retrying one event (90 days, in seconds); the ``done`` markers
+#: live this long plus the replay horizon.
+MAX_AGE_LIMIT = 90 * 86400.0
 
 
-class PolicyError(ValueError):
+class PolicyError(HooklineError, ValueError):
     """A retry setting is out of range; the message names the setting."""
 
 
@@ -49,10 +59,10 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         _check_finite("initial_backoff", self.initial_backoff, minimum=0.0)
-        _check_finite("multiplier", self.multiplier, minimum=1.0)
+        _check_finite("multiplier", self.multiplier, minimum=1.0, maximum=MAX_MULTIPLIER)
         _check_finite("max_backoff", self.max_backoff, minimum=0.0, maximum=MAX_BACKOFF_LIMIT)
         _check_finite("jitter", self.jitter, minimum=0.0, maximum=1.0)
-        _check_finite("max_age", self.max_age, minimum=0.0)
+        _check_finite("max_age", self.max_age, minimum=0.0, maximum=MAX_AGE_LIMIT)
         if self.initial_backoff > self.max_backoff:
             raise PolicyError(
                 f"initial_backoff ({self.initial_backoff}) must not exceed "
@@ -60,8 +70,9 @@ class RetryPolicy:
             )
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
             raise PolicyError(f"max_attempts must be an integer, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise PolicyError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise PolicyError(f"max_attempts must be from 1 to {MAX_ATTEMPTS_LIMIT}, got "
+                              f"{self.max_attempts}")
 
     def replace(self, overrides: Mapping[str, Any]) -> RetryPolicy:
         """This policy with some fields changed (an endpoint's override), validated again."""
@@ -80,8 +91,19 @@ class RetryPolicy:
         return [compute_backoff(self, n, rand=lambda: 0.0) for n in range(1, self.max_attempts)]
 
     def window(self) -> float:
-        """Seconds from the first to the last attempt without jitter, bounded by ``max_age``."""
-        return min(sum(self.schedule()), self.max_age)
+        """Seconds from the first to the last attempt without jitter, bounded by ``max_age``:
+        summed only until the delays reach their cap or the age its bound (a few dozen
+        steps whatever the policy)."""
+        total = 0.0
+        for attempt in range(1, self.max_attempts):
+            delay = compute_backoff(self, attempt, rand=lambda: 0.0)
+            if delay >= self.max_backoff:  # every later delay is the cap
+                total += delay * (self.max_attempts - attempt)
+                break
+            total += delay
+            if total >= self.max_age:
+                break
+        return min(total, self.max_age)
 
 
 POLICY_FIELDS = tuple(RetryPolicy.__dataclass_fields__)

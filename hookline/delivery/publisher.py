@@ -13,9 +13,11 @@ import threading
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import EncodeError
 from kombu.utils.uuid import uuid
 
 from hookline.core.config import Settings, settings
+from hookline.core.event import MAX_KEPT_DEPTH, MalformedEvent, nested_deeper_than
 from hookline.core.messages import (
     DELIVERY_QUEUE,
     TASK_NAME,
@@ -87,7 +89,16 @@ class DeliverHandle:
             if refused in options:
                 raise TypeError(f"{refused} is not supported: Flower and the logs are shown "
                                 "the payload's size, never its content")
-        return publish(args or (), kwargs, **options)
+        args = tuple(args or ())
+        # Only what cannot even be put on the queue is refused here; the rest is the worker's.
+        if len(args) >= 3 and nested_deeper_than(args[2], MAX_KEPT_DEPTH):
+            raise MalformedEvent("payload", f"payload is nested deeper than {MAX_KEPT_DEPTH} "
+                                            "levels: it cannot be encoded for the queue")
+        try:
+            return publish(args, kwargs, **options)
+        except EncodeError as exc:
+            raise MalformedEvent("payload", f"the delivery's arguments cannot be encoded as "
+                                            f"JSON for the queue: {exc}") from None
 
     def __repr__(self) -> str:
         return f"<hookline.deliver handle: publishes {TASK_NAME!r}>"

@@ -7,8 +7,11 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hookline.core.config import settings
+from hookline.core.errors import InvalidField
+from hookline.core.event import INVALID_ENDPOINT, validate_event
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME
 from hookline.core.policy import parse_rate
@@ -35,6 +38,9 @@ class ReplayOutcome:
     interval: float | None
     #: Seconds from now until the last replayed event is due.
     spread: float
+    #: Left in the queue because they are not valid events (a ``malformed`` dead letter), each
+    #: with what is wrong: replayed, they would only be dead-lettered again.
+    invalid: list[tuple[DeadLetter, str]] = field(default_factory=list)
 
 
 def replay_interval(count: int, rate: str | None) -> float | None:
@@ -56,6 +62,23 @@ def replay_spread(entries: Iterable[DeadLetter], interval: float | None) -> floa
     return (max(per_endpoint.values(), default=1) - 1) * interval
 
 
+def invalid_entries(entries: list[DeadLetter]) -> list[tuple[DeadLetter, str]]:
+    """The entries that are not valid events, with why: the checks of every other door
+    (:func:`hookline.core.event.validate_event`)."""
+    limit = settings().max_payload_bytes
+    invalid = []
+    for entry in entries:
+        if entry.endpoint_id == INVALID_ENDPOINT and entry.detail:
+            invalid.append((entry, f"its endpoint id was invalid ({entry.detail})"))
+            continue
+        try:
+            validate_event(entry.endpoint_id, entry.event_type, entry.payload, entry.event_id,
+                           max_bytes=limit)
+        except InvalidField as exc:
+            invalid.append((entry, str(exc)))
+    return invalid
+
+
 def replay_entries(queue: DeadLetterQueue, entries: list[DeadLetter], *,
                    interval: float | None = None) -> ReplayOutcome:
     """Send ``entries`` again with their event ids, then remove them from the queue.
@@ -66,7 +89,12 @@ def replay_entries(queue: DeadLetterQueue, entries: list[DeadLetter], *,
     way every attempt passes the endpoint's gates (breaker, rate limit, Retry-After).
     Sending comes first: a crash before the removal leaves an entry in the queue *and*
     its event on its way, and the idempotency gate stops a second send. Nothing is lost.
+    Entries that are not valid events are left in the queue (``invalid``), with why.
     """
+    invalid = invalid_entries(entries)
+    if invalid:
+        refused = {id(entry) for entry, _ in invalid}
+        entries = [entry for entry in entries if id(entry) not in refused]
     replayed: list[DeadLetter] = []
     kept: list[DeadLetter] = []
     full: set[str | None] = set()  # endpoints at their schedule cap; None: all of them
@@ -98,7 +126,8 @@ def replay_entries(queue: DeadLetterQueue, entries: list[DeadLetter], *,
     if kept:
         log_event("deadletter.replay_schedule_full", level=logging.WARNING,
                   kept=len(kept), replayed=len(replayed))
-    return ReplayOutcome(replayed=replayed, kept=kept, interval=interval, spread=spread)
+    return ReplayOutcome(replayed=replayed, kept=kept, interval=interval, spread=spread,
+                         invalid=invalid)
 
 
 

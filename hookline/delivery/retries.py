@@ -9,7 +9,16 @@ import uuid
 from typing import Any
 
 from hookline.core import metrics, redact
-from hookline.core.event import ENDPOINT_ID_PATTERN, MalformedEvent
+from hookline.core.event import (
+    ENDPOINT_ID_PATTERN,
+    INVALID_ENDPOINT,
+    MAX_EVENT_TYPE_LENGTH,
+    MalformedEvent,
+    kept_payload,
+    recorded_id,
+    shown,
+    to_timestamp,
+)
 from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
@@ -42,19 +51,23 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     with whatever of its arguments can be read."""
     args = list(args) + [None] * 3
     valid_id = isinstance(args[0], str) and ENDPOINT_ID_PATTERN.match(args[0])
-    endpoint_id = args[0] if valid_id else "invalid"
-    event_id = kwargs.get("event_id") or task_id or "unknown"
+    endpoint_id = args[0] if valid_id else INVALID_ENDPOINT
+    event_id = kwargs.get("event_id")
+    # Recorded under the event's own id, even an invalid one (recorded_id bounds its length,
+    # and lookups apply the same), so that 'hookline event show ID' finds it.
+    event_id = (task_id or "unknown") if event_id is None else event_id
+    attempts = kwargs.get("attempts")
     entry = DeadLetter(
         endpoint_id=endpoint_id[:64],
-        event_id=str(event_id)[:200],
-        event_type=str(args[1]) if args[1] is not None else "",
-        payload=args[2],
+        event_id=recorded_id(event_id),
+        event_type=recorded_id(args[1], MAX_EVENT_TYPE_LENGTH) if args[1] is not None else "",
+        payload=kept_payload(args[2]),
         reason=reason,
-        attempts=int(kwargs.get("attempts") or 0),
-        first_attempt_at=kwargs.get("first_attempt_at"),
+        attempts=attempts if type(attempts) is int and 0 <= attempts < 2**53 else 0,
+        first_attempt_at=_time_or_none(kwargs.get("first_attempt_at")),
         last_status=last_status,
         last_error=redact.text(last_error or f"{type(exception).__name__}: {exception}")[:500],
-        detail="" if valid_id else f"endpoint id as sent: {str(args[0])[:100]!r}",
+        detail="" if valid_id else f"endpoint id as sent: {shown(args[0], 100)}",
         enqueued_at=_publish_time_or_none(kwargs.get("enqueued_at")),
     )
     (dlq or DeadLetterQueue()).add(entry)
@@ -66,6 +79,13 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
 def _publish_time_or_none(value: Any) -> float | None:
     try:
         return publish_time(value)
+    except MalformedEvent:
+        return None
+
+
+def _time_or_none(value: Any) -> float | None:
+    try:
+        return to_timestamp(value, name="first_attempt_at")
     except MalformedEvent:
         return None
 

@@ -15,24 +15,30 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from hookline.core import redact
 from hookline.core.config import MAX_READ_TIMEOUT, settings
-from hookline.core.event import ENDPOINT_ID_PATTERN
+from hookline.core.errors import InvalidField
+from hookline.core.event import check_endpoint_id, check_text
 from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
 from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+from hookline.core.target import check_endpoint_url, parse_target
 from hookline.store import connection as store
 from hookline.store import keys
 
 SECRET_PREFIX = "whsec_"
-MAX_URL_LENGTH = 2048
+#: Longest reason given for disabling an endpoint, characters.
+MAX_REASON_LENGTH = 200
 #: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
 MAX_TIMEOUT = MAX_READ_TIMEOUT
 
 
-class EndpointError(ValueError):
-    """Bad endpoint input; the message says what to fix."""
+class EndpointError(InvalidField):
+    """Bad endpoint input; the message says what to fix (and :attr:`field` names the field,
+    ``endpoint`` when it is the endpoint as a whole)."""
+
+    def __init__(self, message: str, field: str = "endpoint") -> None:
+        super().__init__(field, message)
 
 
 class UnknownEndpoint(EndpointError):
@@ -156,69 +162,62 @@ def generate_secret() -> str:
 
 
 def validate_endpoint_id(endpoint_id: str) -> str:
-    if not isinstance(endpoint_id, str) or not ENDPOINT_ID_PATTERN.match(endpoint_id):
-        raise EndpointError(
-            f"endpoint id {endpoint_id!r} is invalid: use 1-64 letters, digits, '_', '.' or '-', "
-            "starting with a letter or digit"
-        )
-    return endpoint_id
+    """``endpoint_id`` if valid (:func:`hookline.core.event.check_endpoint_id`)."""
+    try:
+        return check_endpoint_id(endpoint_id)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
 
 
 def validate_url(url: str) -> str:
-    if not isinstance(url, str) or not url:
-        raise EndpointError("url is required")
-    if len(url) > MAX_URL_LENGTH:
-        raise EndpointError(f"url is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
+    """``url`` if well formed, as the sender will parse it (:mod:`hookline.core.target`)."""
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise EndpointError(f"url {url!r} is malformed: {exc}") from None
-    if parts.scheme not in ("http", "https"):
-        raise EndpointError(
-            f"url {url!r} has scheme {parts.scheme or '(none)'!r}: only http and https are allowed"
-        )
-    if not parts.hostname:
-        raise EndpointError(f"url {url!r} has no host")
-    if parts.username is not None or parts.password is not None:
-        raise EndpointError("url must not carry credentials (user:password@); sign with secrets")
-    if parts.fragment:
-        raise EndpointError(f"url {url!r} has a #fragment, which is never sent")
-    if port == 0:
-        raise EndpointError(f"url {url!r} has port 0")
-    return url
+        return parse_target(url).url
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
 
 
 def check_target(url: str, *, resolve: Resolver = system_resolve) -> str:
     """Refuse a URL the SSRF guard would refuse at send time: http when HOOKLINE_HTTPS_ONLY
-    is set, a private, loopback, link-local or other non-public address, or a name resolving
-    to one. A name that does not resolve now is accepted: it is checked again at every send."""
+    is set, a name that can never be public (``localhost``, ``*.local``, ...), a private,
+    loopback, link-local or other non-public address, or a name resolving to one. A name that
+    does not resolve now is accepted: it is checked again at every send."""
     config = settings()
-    parts = urlsplit(url)
-    if config.https_only and parts.scheme != "https":
-        raise EndpointError(f"url {url!r} is not https, and HOOKLINE_HTTPS_ONLY is set")
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        pin_address(host, port, config.allowed_networks, resolve=resolve)
+        target = check_endpoint_url(url, allowed=config.allowed_networks,
+                                    https_only=config.https_only)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+    try:
+        pin_address(target.host, target.port, config.allowed_networks, resolve=resolve)
     except TargetRefused as refused:
-        raise EndpointError(f"url refused: {refused}") from None
+        raise EndpointError(f"url refused: {refused}", "url") from None
     except OSError:
         pass  # DNS may be down now; every send checks again
     return url
 
 
+def validate_reason(reason: str) -> str:
+    """Why an endpoint is disabled: shown in listings, dead letters and log lines."""
+    try:
+        return check_text("reason", reason, limit=MAX_REASON_LENGTH)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
 def validate_secret(secret: str) -> str:
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64")
+        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64",
+                            "secret")
     encoded = secret[len(SECRET_PREFIX) :]
     try:
         # Pad to a multiple of 4 only: strict decoding rejects padding beyond that.
         raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
     except (binascii.Error, ValueError):
-        raise EndpointError("the secret after 'whsec_' is not valid base64") from None
+        raise EndpointError("the secret after 'whsec_' is not valid base64", "secret") from None
     if not 24 <= len(raw) <= 64:
-        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}")
+        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}",
+                            "secret")
     return secret
 
 
@@ -226,11 +225,12 @@ def validate_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
     longest = settings().longest_read_timeout()
-    if not 0.1 <= timeout <= longest:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+            0.1 <= timeout <= longest):
         raise EndpointError(
             f"timeout {timeout!r} must be between 0.1 and {longest:g} seconds (at most "
-            f"{MAX_TIMEOUT:g}, and an attempt must end within CELERY_VISIBILITY_TIMEOUT)"
-        )
+            f"{MAX_TIMEOUT:g}, and an attempt must end within CELERY_VISIBILITY_TIMEOUT)",
+            "timeout")
     return float(timeout)
 
 
@@ -245,13 +245,13 @@ def validate_rate(rate: str | None) -> str | None:
     try:
         parse_rate(rate)
     except PolicyError as exc:
-        raise EndpointError(str(exc)) from None
+        raise EndpointError(str(exc), "rate") from None
     return str(rate).strip()
 
 
 def validate_burst(burst: int) -> int:
     if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BURST:
-        raise EndpointError(f"burst {burst!r} must be an integer from 1 to {MAX_BURST}")
+        raise EndpointError(f"burst {burst!r} must be an integer from 1 to {MAX_BURST}", "burst")
     return burst
 
 
@@ -259,7 +259,7 @@ def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
     try:
         settings().retry_policy.replace(overrides)
     except PolicyError as exc:
-        raise EndpointError(f"invalid retry policy: {exc}") from None
+        raise EndpointError(f"invalid retry policy: {exc}", "retry_policy") from None
     return dict(overrides)
 
 
@@ -381,6 +381,7 @@ class EndpointRegistry:
     def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:
         """Stop all sends. (``retries.disable_endpoint`` also moves the endpoint's scheduled
         retries to the dead-letter queue.)"""
+        validate_reason(reason)
         endpoint = self.require(endpoint_id)
         saved = self._save(
             replace(endpoint, enabled=False, disabled_reason=reason, updated_at=time.time())

@@ -15,8 +15,15 @@ import redis
 from celery.signals import task_failure, task_revoked
 
 from hookline.core import metrics
+from hookline.core.config import settings
 from hookline.core.errors import HooklineError
-from hookline.core.event import MalformedEvent, to_timestamp, validate_event
+from hookline.core.event import (
+    MalformedEvent,
+    check_count,
+    check_deadline,
+    to_timestamp,
+    validate_event,
+)
 from hookline.core.identity import publish_time
 from hookline.core.messages import TASK_NAME
 from hookline.delivery.engine import Deferred, DeliveryEngine, DeliveryRequest, RetryDue
@@ -46,14 +53,16 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
     (Unix seconds, datetime or ISO 8601) is when the event stops being worth sending. The
     rest is Hookline's bookkeeping, set on publish, retries and deferrals.
     """
-    event_id = event_id or self.request.id
+    event_id = self.request.id if event_id is None else event_id
     try:
-        validate_event(endpoint_id, event_type, payload, event_id)
+        # The checks of every other door (hookline.core.event), the payload's limits included.
+        validate_event(endpoint_id, event_type, payload, event_id,
+                       max_bytes=settings().max_payload_bytes)
         request = DeliveryRequest(
             endpoint_id=endpoint_id, event_type=event_type, payload=payload, event_id=event_id,
-            deadline=to_timestamp(deadline, name="deadline"), attempts=int(attempts),
+            deadline=check_deadline(deadline), attempts=check_count("attempts", attempts),
             first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
-            rate_slot=int(rate_slot or 0),
+            rate_slot=check_count("rate_slot", rate_slot),
             enqueued_at=publish_time(enqueued_at),
         )
     except (MalformedEvent, TypeError, ValueError) as exc:

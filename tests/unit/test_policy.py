@@ -1,10 +1,15 @@
 """The retry policy and outcome table: pure functions, fixed random source."""
 
 import math
+import time
 
 import pytest
 
 from hookline.core.policy import (
+    MAX_AGE_LIMIT,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_BACKOFF_LIMIT,
+    MAX_MULTIPLIER,
     Outcome,
     PolicyError,
     RetryPolicy,
@@ -40,7 +45,7 @@ def test_jitter_shortens_a_delay_by_at_most_its_fraction():
 def test_attempt_ten_thousand_does_not_overflow():
     policy = RetryPolicy(initial_backoff=1, multiplier=10, max_backoff=3600, jitter=0)
     assert compute_backoff(policy, 10_000) == 3600.0
-    assert math.isfinite(compute_backoff(RetryPolicy(multiplier=1e300), 10_000))
+    assert math.isfinite(compute_backoff(RetryPolicy(multiplier=MAX_MULTIPLIER), 10_000))
 
 
 def test_multiplier_one_gives_a_constant_delay():
@@ -60,6 +65,11 @@ def test_multiplier_one_gives_a_constant_delay():
         ({"max_attempts": 0}, "max_attempts"),
         ({"max_attempts": 2.5}, "max_attempts"),
         ({"max_age": math.nan}, "max_age"),
+        ({"multiplier": MAX_MULTIPLIER + 1}, "multiplier"),
+        ({"max_attempts": MAX_ATTEMPTS_LIMIT + 1}, "max_attempts"),
+        ({"max_attempts": 10**12}, "max_attempts"),
+        ({"max_age": MAX_AGE_LIMIT + 1}, "max_age"),
+        ({"max_age": 1e300}, "max_age"),
     ],
 )
 def test_invalid_policy_names_the_setting(settings, named):
@@ -139,3 +149,25 @@ def test_rates_finer_than_a_millisecond_are_refused():
     assert parse_rate("1000/s") == 0.001
     with pytest.raises(PolicyError, match="1000/s"):
         parse_rate("5000/s")
+
+
+@pytest.mark.parametrize("overrides", [
+    {"max_attempts": MAX_ATTEMPTS_LIMIT, "multiplier": 1, "initial_backoff": 0.001,
+     "max_backoff": 3600},
+    {"max_attempts": MAX_ATTEMPTS_LIMIT, "initial_backoff": 0, "max_backoff": 0},
+    {"max_attempts": MAX_ATTEMPTS_LIMIT, "multiplier": 1.0000001, "initial_backoff": 1e-300,
+     "max_backoff": MAX_BACKOFF_LIMIT, "max_age": MAX_AGE_LIMIT},
+])
+def test_the_retry_window_of_the_most_extreme_policy_is_quick_and_bounded(overrides):
+    """``hookline endpoint show`` computes it: it once summed max_attempts delays one by one."""
+    policy = RetryPolicy().replace(overrides)
+    started = time.perf_counter()
+    window = policy.window()
+    assert time.perf_counter() - started < 0.1
+    assert 0 <= window <= policy.max_age
+
+
+def test_the_window_sums_the_capped_tail_at_once():
+    policy = RetryPolicy(initial_backoff=1, multiplier=2, max_backoff=8, jitter=0,
+                         max_attempts=6, max_age=10**6)
+    assert policy.window() == 1 + 2 + 4 + 8 + 8 == sum(policy.schedule())

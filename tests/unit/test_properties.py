@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hookline.core.policy import (
+    MAX_MULTIPLIER,
     PolicyError,
     RetryPolicy,
     compute_backoff,
@@ -25,7 +26,7 @@ policies = st.builds(
         jitter=jitter),
     initial=st.floats(min_value=0.001, max_value=3600),
     factor=st.floats(min_value=1, max_value=100),
-    multiplier=st.floats(min_value=1, max_value=1e6),
+    multiplier=st.floats(min_value=1, max_value=MAX_MULTIPLIER),
     jitter=st.floats(min_value=0, max_value=1),
 )
 
