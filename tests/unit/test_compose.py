@@ -20,7 +20,7 @@ from hookline.core.config import Settings
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-HOOKLINE_SERVICES = ("worker", "flower", "web", "receiver")
+HOOKLINE_SERVICES = ("worker", "flower", "web", "receiver", "exporter")
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +197,26 @@ def test_dead_letter_spool_is_per_replica_storage(services) -> None:
     anonymous = [v for v in volumes if ":" not in v]
     assert any(spool.startswith(v.rstrip("/") + "/") for v in anonymous), volumes
     assert f"HOOKLINE_DLQ_SPOOL={spool}" in DOCKERFILE.read_text()
+
+
+def test_one_exporter_serves_the_gauges_and_workers_their_counters(services) -> None:
+    """Each worker replica serves its own counters on the compose network (no host port, so
+    --scale works); one `hookline metrics` service serves the Redis-read gauges, never
+    scaled, published on loopback only. Both listen on the container's interfaces: the
+    default (127.0.0.1) would be unreachable for Prometheus."""
+    worker = environment(services["worker"])
+    assert worker["HOOKLINE_METRICS_ADDRESS"] == "0.0.0.0"
+    assert "ports" not in services["worker"]
+    exporters = [name for name, service in services.items()
+                 if argv(service.get("command", []))[:2] == ["hookline", "metrics"]]
+    assert exporters == ["exporter"]
+    exporter = services["exporter"]
+    command = argv(exporter["command"])
+    assert command[command.index("--address") + 1] == "0.0.0.0"
+    port = command[command.index("--port") + 1]
+    assert [str(p) for p in exporter["ports"]] == [f"127.0.0.1:{port}:{port}"]
+    assert "deploy" not in exporter and "scale" not in exporter
+    assert f":{port}/metrics" in " ".join(argv(exporter["healthcheck"]["test"]))
 
 
 def test_flower_bounded_and_behind_basic_auth(services) -> None:
