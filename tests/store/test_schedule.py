@@ -8,7 +8,6 @@ import random
 import threading
 
 import pytest
-import redis
 
 from hookline.store import connection as store
 from hookline.store.schedule import (
@@ -20,7 +19,7 @@ from hookline.store.schedule import (
     decode_message,
 )
 from hookline.worker.celery import app
-from tests.conftest import TEST_ENV, flushed, isolated_url, wait_until
+from tests.conftest import emptied, flushed, isolated_url, wait_until
 
 QUEUE = "test.retry"
 
@@ -184,13 +183,13 @@ def test_a_built_message_has_the_envelope_celery_publishes(client):
 
 
 def test_a_separate_broker_gets_claimed_retries_pushed_and_confirmed(client):
-    url = TEST_ENV["REDIS_URL"].rsplit("/", 1)[0] + "/12"
-    broker = redis.Redis.from_url(url, decode_responses=True)
-    broker.delete(QUEUE)
+    url = isolated_url(12)
+    broker = emptied(url)
     schedule = RetrySchedule(client)
     for n in random.sample(range(20), 20):
         schedule.park(endpoint_id="ep", event_id=f"e{n}", countdown=0, message=message(n))
     released, _ = schedule.release_due(queue=QUEUE, broker=broker)
     assert released == 20 and broker.llen(QUEUE) == 20
     assert schedule.stats().total == 0 and client.zcard("hookline:{schedule}:releasing") == 0
-    broker.delete(QUEUE)
+    emptied(url).close()
+    broker.close()
