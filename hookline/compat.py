@@ -52,6 +52,9 @@ REQUIRED_NAMES = {
         "send_event", "argsrepr", "kwargsrepr", "_request_dict", "_args", "_kwargs",
     ),
     "celery.app.amqp:AMQP": ("as_task_v2", "Connection"),
+    # The worker's task-event dispatcher (hookline/worker/events.py).
+    "celery.app.events:Events": ("dispatcher_cls",),
+    "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send"),
     "kombu.connection:Connection": ("resolve_aliases",),
 }
 

@@ -147,7 +147,11 @@ def test_flower_shows_each_delivery_as_hookline_ended_it(flower, worker, receive
     retried = sent(flaky.id, send_webhook(flaky.id, "order.created", body))
     rejected = sent(rejecting.id, send_webhook(rejecting.id, "order.created", body))
     malformed = sent("invalid", deliver.delay("not an id!", "order.created", body).id)
-    sent(limited.id, send_webhook(limited.id, "order.created", body))
+    # The rate limit's one token goes to the first; the second is deferred. Two tasks run at
+    # once on the threads pool take the token in either order: send the second once the first
+    # is through.
+    first_limited = sent(limited.id, send_webhook(limited.id, "order.created", body))
+    wait_delivered(limited.id, first_limited)
     deferred = sent(limited.id, send_webhook(limited.id, "order.created", body))
     store.client().hset(keys.breaker_key(held.id),  # open, as settle.lua opens it
                         mapping={"state": "open", "open_until": 2**42})
@@ -159,7 +163,8 @@ def test_flower_shows_each_delivery_as_hookline_ended_it(flower, worker, receive
     wait_delivered(flaky.id, retried)
     dead_letter(rejecting.id, rejected)
     for task_id in (deferred, parked_by_consumer, to_revoke, to_disable):
-        wait_until(lambda t=task_id: hookline_outcome(*tasks[t]) == "RETRY")
+        wait_until(lambda t=task_id: hookline_outcome(*tasks[t]) == "RETRY",
+                   what=lambda t=task_id: f"{t} is {hookline_outcome(*tasks[t])} in Hookline")
     # Flower saw the retries parked: RETRY, not SUCCESS, and not PENDING with no worker.
     for name, task_id in (("deferred", deferred), ("parked_by_consumer", parked_by_consumer),
                           ("to_revoke", to_revoke), ("to_disable", to_disable)):
@@ -194,7 +199,12 @@ def test_flower_shows_each_delivery_as_hookline_ended_it(flower, worker, receive
         listed = flower.json("/api/tasks?taskname=hookline.deliver")
         return {task_id: (listed.get(task_id) or {}).get("state") for task_id in tasks}
 
-    wait_until(lambda: flower_states() == expected, timeout=20, interval=0.5)
+    def differences() -> dict[str, tuple[str, str | None]]:
+        shown = flower_states()
+        return {t: (expected[t], shown[t]) for t in tasks if shown[t] != expected[t]}
+
+    wait_until(lambda: flower_states() == expected, timeout=20, interval=0.5,
+               what=lambda: f"(Hookline, Flower) differ: {differences()}")
     info = flower.json(f"/api/task/info/{to_disable}")
     assert "endpoint_disabled" in info["exception"] and info["worker"].startswith("hookline-")
     assert "rejected" in flower.json(f"/api/task/info/{rejected}")["exception"]
