@@ -10,7 +10,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 # The tests use their own database (15) of the local Redis unless told otherwise.
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
-.PHONY: install venv redis demo test test-fast test-compat lint bench bench-schedule bench-compare \
+.PHONY: install venv redis demo test test-fast test-scale test-compat lint bench bench-schedule bench-compare \
 	bench-retries chaos clean
 
 install venv: $(STAMP)
@@ -40,6 +40,13 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
 	$(BIN)/pytest tests/unit tests/store $(PYTEST_ARGS)
+
+# Past one Redis: the RabbitMQ broker, Redis Sentinel failover and Redis Cluster tests alone
+# (also part of `make test`). Each starts its own servers on loopback (rabbitmq vhost, redis-server
+# replicas, Sentinels, a 3-master cluster) and skips, saying why, where it cannot.
+test-scale: $(STAMP)
+	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
+	$(BIN)/pytest -m scale $(PYTEST_ARGS)
 
 # The broker, crash, held-endpoint and Flower tests at each end of the celery/kombu/billiard range
 # pyproject.toml declares: COMPAT=lowest (compat.SUPPORTED's lower bounds), newest (what pip

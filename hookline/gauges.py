@@ -62,8 +62,8 @@ class RedisStateCollector(Collector):
             if self._broker is None:
                 config = settings()
                 self._broker = (self._redis if config.broker_url == config.redis_url else
-                                redis.Redis.from_url(config.broker_url, socket_timeout=5,
-                                                     socket_connect_timeout=5))
+                                store.redis_for(config.broker_url, decode_responses=False,
+                                          socket_timeout=5, socket_connect_timeout=5))
             return self._redis, self._broker
 
     def collect(self) -> Iterator[Metric]:

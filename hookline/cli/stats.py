@@ -23,6 +23,7 @@ from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.connection import redis_for
 from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import Endpoint, EndpointRegistry
 from hookline.store.schedule import RetrySchedule
@@ -33,8 +34,8 @@ def queue_depths() -> dict[str, int]:
     config = settings()
     variable = "REDIS_URL" if config.broker_url == config.redis_url else "HOOKLINE_BROKER_URL"
     try:
-        broker = redis.Redis.from_url(config.broker_url, socket_connect_timeout=5,
-                                      socket_timeout=10)
+        broker = redis_for(config.broker_url, decode_responses=False,
+                           socket_connect_timeout=5, socket_timeout=10)
     except ValueError as exc:
         raise click.ClickException(f"{variable}: {exc}") from None
     try:

@@ -11,6 +11,7 @@ import redis
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE
+from hookline.store.connection import redis_for
 from hookline.store.schedule import RetrySchedule
 
 
@@ -39,7 +40,7 @@ class Releaser:
         schedule = RetrySchedule()
         broker = None
         if config.broker_url != config.redis_url:
-            broker = redis.Redis.from_url(config.broker_url)
+            broker = redis_for(config.broker_url, decode_responses=False)
         while not self._stop.is_set():
             try:
                 released, next_due = schedule.release_due(batch=self.batch, queue=self.queue,

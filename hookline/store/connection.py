@@ -25,6 +25,13 @@ def ring(pipe: redis.Redis | redis.client.Pipeline) -> object:
     return pipe.xadd(DOORBELL_KEY, {"n": "1"}, maxlen=1, approximate=False)
 
 
+def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> redis.Redis:
+    """A Redis client for ``url``: the one place a URL becomes a client, for Hookline's state
+    (``REDIS_URL``) and for a Redis broker (``HOOKLINE_BROKER_URL``). ``options`` are passed
+    to the client (timeouts, ``health_check_interval``, ...)."""
+    return redis.Redis.from_url(url, decode_responses=decode_responses, **options)
+
+
 def client() -> redis.Redis:
     """This process's Redis client (thread-safe pool), made again after a fork or when
     ``REDIS_URL`` changes (``hookline.core.config.configure``)."""
@@ -38,9 +45,8 @@ def client() -> redis.Redis:
             _client = (
                 pid,
                 url,
-                redis.Redis.from_url(
+                redis_for(
                     url,
-                    decode_responses=True,
                     health_check_interval=30,
                     socket_connect_timeout=5,
                     socket_timeout=10,
