@@ -63,7 +63,7 @@ class RedisStateCollector(Collector):
                 config = settings()
                 self._broker = (self._redis if config.broker_url == config.redis_url else
                                 store.redis_for(config.broker_url, decode_responses=False,
-                                          socket_timeout=5, socket_connect_timeout=5))
+                                                socket_timeout=5, socket_connect_timeout=5))
             return self._redis, self._broker
 
     def collect(self) -> Iterator[Metric]:

@@ -47,6 +47,11 @@ def test_policy_variables_are_read():
         ({"REDIS_URL": "http://localhost"}, "REDIS_URL"),
         ({"HOOKLINE_READ_TIMEOUT": "0"}, "HOOKLINE_READ_TIMEOUT"),
         ({"HOOKLINE_LOG_FORMAT": "xml"}, "HOOKLINE_LOG_FORMAT"),
+        ({"HOOKLINE_METRICS_ADDRESS": "localhost"}, "HOOKLINE_METRICS_ADDRESS"),
+        ({"HOOKLINE_METRICS_ADDRESS": "0.0.0.0:9808"}, "HOOKLINE_METRICS_ADDRESS"),
+        ({"HOOKLINE_METRICS_ADDRESS": "999.1.1.1"}, "HOOKLINE_METRICS_ADDRESS"),
+        ({"HOOKLINE_METRICS_MAX_ENDPOINTS": "-1"}, "HOOKLINE_METRICS_MAX_ENDPOINTS"),
+        ({"HOOKLINE_METRICS_MAX_ENDPOINTS": "many"}, "HOOKLINE_METRICS_MAX_ENDPOINTS"),
     ],
 )
 def test_bad_setting_is_refused_with_its_name(env, named):
