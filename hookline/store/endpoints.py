@@ -264,7 +264,8 @@ def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class EndpointRegistry:
-    """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the ``hookline:endpoints`` set."""
+    """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the endpoint index
+    (``hookline:endpoints``; one set per shard on a Redis Cluster, ``keys.endpoint_index_keys``)."""
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()

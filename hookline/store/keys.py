@@ -2,8 +2,9 @@
 
 Keys an endpoint owns carry the endpoint id as a hash tag (``hookline:{ep_1}:...``), so a Lua
 script that touches one endpoint's keys stays in one Redis Cluster slot; the retry schedule's
-keys share ``{schedule}``, the dead-letter queue's ``{dlq}``. Scripts get every key they touch
-through ``KEYS``, built here.
+keys share ``{schedule}``, the dead-letter queue's ``{dlq}`` (``{schedule:<n>}`` and ``{dlq:<n>}``
+per shard with ``HOOKLINE_STATE_SHARDS`` above 1: see the end of this module). Scripts get every
+key they touch through ``KEYS``, built here.
 """
 
 from __future__ import annotations

@@ -56,8 +56,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterSetup]:
         with Receiver() as receiver:
             worker = WorkerProcess("cluster", concurrency=8, extra_env={
                 "REDIS_URL": cluster.url, "HOOKLINE_BROKER_URL": broker.url,
-                "HOOKLINE_METRICS_PORT": "0"}).wait_ready()
-            yield ClusterSetup(cluster, broker.url, receiver, worker)
+                "HOOKLINE_METRICS_PORT": "0"})
+            yield ClusterSetup(cluster, broker.url, receiver, worker.wait_ready())
     finally:
         if worker is not None:
             worker.stop()
