@@ -182,6 +182,7 @@ class RetrySchedule:
         self._park = self.redis.register_script(store.load_script("park"))
         self._release = self.redis.register_script(store.load_script("release"))
         self._unpark = self.redis.register_script(store.load_script("unpark"))
+        self._confirm = self.redis.register_script(store.load_script("confirm"))
         self._woken = itertools.cycle(range(len(self.shards)))
 
     def shard_of(self, endpoint_id: str) -> ScheduleKeys:
@@ -256,13 +257,13 @@ class RetrySchedule:
     def _claim_due(self, shard: ScheduleKeys, batch: int, queue: str,
                    broker: Any) -> tuple[int, float | None]:
         """release_due for a broker elsewhere: one shard's due retries claimed, pushed to
-        ``broker`` and confirmed (unparked)."""
+        ``broker`` and confirmed (confirm.lua: one parked again meanwhile stays)."""
         reply = self._release(keys=[*shard.shared, shard.releasing],
                               args=[batch, round(CLAIM_LEASE * 1000), "claim"])
         ids, messages = reply[3::2], reply[4::2]
         if ids:
             self._push_claimed(broker, queue, messages)
-            self.unpark([bytes_to_str(retry_id) for retry_id in ids])
+            self.confirm_claimed([bytes_to_str(retry_id) for retry_id in ids])
         return _released(reply)
 
     def _push_claimed(self, broker: Any, queue: str, messages: list[Any]) -> None:
@@ -361,12 +362,21 @@ class RetrySchedule:
     def unpark(self, retry_ids: list[str]) -> int:
         """Take retries out of the schedule (one script call per shard); returns how many
         were still there."""
+        return self._per_shard(self._unpark, retry_ids)
+
+    def confirm_claimed(self, retry_ids: list[str]) -> int:
+        """Take claimed retries, pushed to the broker, out of the schedule; one parked again
+        since it was claimed (its message taken and deferred already) stays. Returns how
+        many left."""
+        return self._per_shard(self._confirm, retry_ids)
+
+    def _per_shard(self, script: Any, retry_ids: list[str]) -> int:
         by_shard: dict[ScheduleKeys, list[str]] = {}
         for retry_id in retry_ids:
             by_shard.setdefault(self.shard_of(retry_endpoint(retry_id)), []).append(retry_id)
         removed = 0
         for shard, ids in by_shard.items():
-            removed += int(self._unpark(
+            removed += int(script(
                 keys=[*shard.shared, shard.releasing,
                       *(shard.by_endpoint(retry_endpoint(retry_id)) for retry_id in ids)],
                 args=ids))

@@ -155,3 +155,31 @@ def test_dead_letters_are_listed_in_time_order_across_the_shards(client):
     assert queue.remove_unchanged({entry.id: entry.dead_lettered_at
                                    for entry in entries[11:23]}) == 12
     assert queue.count() == 0
+
+
+class ReparkedWhilePushing(RetrySchedule):
+    """A worker takes a claimed retry off the broker and parks it again (deferred: the
+    breaker is still open) before the releaser confirms the claim."""
+
+    def _push_claimed(self, broker, queue, messages):
+        super()._push_claimed(broker, queue, messages)
+        for message in messages:
+            retry_id = decode_task(message)[0]
+            endpoint_id, event_id = retry_id.split("/")
+            park(self, endpoint_id, event_id, countdown=30)
+
+
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_a_retry_parked_again_before_the_claim_is_confirmed_stays_scheduled(client, shards):
+    schedule = ReparkedWhilePushing(client, shards=shards)
+    endpoint_ids = endpoints_in_every_shard(schedule, per_shard=1)
+    for endpoint_id in endpoint_ids:
+        park(schedule, endpoint_id, "held")
+    released, _ = schedule.release_due(queue=QUEUE, broker=client)
+    assert released == len(endpoint_ids)
+    stats = schedule.stats()
+    assert stats.by_endpoint == {endpoint_id: 1 for endpoint_id in endpoint_ids}
+    assert {retry.id for retry in schedule.scheduled()} == {
+        f"{endpoint_id}/held" for endpoint_id in endpoint_ids}
+    assert all(29 < retry.due - time.time() <= 30.5 for retry in schedule.scheduled())
+    assert all(not client.zcard(shard.releasing) for shard in schedule.shards)
