@@ -1,5 +1,5 @@
 -- Piece (included with "--#include piece_park.lua"): one retry into and out of the retry
--- schedule, with the caps and the counts. park.lua and consume.lua park with it; release.lua
+-- schedule, with the caps and the counts. park.lua and consume.lua park with it; release.lua,
 -- unpark.lua and confirm.lua take retries out with it.
 -- `schedule` is a table of keys, all passed in KEYS (hash tag {schedule}, or one shard's
 -- {schedule:<n>} on a Redis Cluster: every key of a call in that one slot):
