@@ -123,6 +123,9 @@ def test_delivery_retries_and_retry_after_on_the_cluster(on_cluster: ClusterSetu
     delivered(flaky.id, retried)
     delivered(throttled.id, later)
     assert [r.attempt for r in on_cluster.receiver.requests_to(f"/{flaky.id}")] == [1, 2, 3]
+    shown = json_out("event", "show", retried)  # the keys scanned on every master
+    assert [(found["endpoint_id"], found["state"], len(found["attempts"]))
+            for found in shown["deliveries"]] == [(flaky.id, "delivered", 3)]
     answered, sent_again = on_cluster.receiver.requests_to(f"/{throttled.id}")
     assert sent_again.at - answered.at >= 2.0  # Retry-After honoured (the cap is 3 s)
 
@@ -149,6 +152,8 @@ def test_410_dead_letters_the_scheduled_retries_and_they_stop(on_cluster: Cluste
     assert set(stats["queues"]) == {"hookline", "hookline.retry"}  # read from the broker
     listed = json_out("schedule", "list", "--endpoint", gone.id)
     assert sorted(retry["event_id"] for retry in listed) == sorted(parked)
+    shown = json_out("event", "show", parked[0], "--endpoint", gone.id)
+    assert shown["deliveries"][0]["state"] == "scheduled"
     last = send_webhook(gone.id, "order.created", {"n": 3})
     reasons = dead_lettered(gone.id, *parked, last)
     assert set(reasons.values()) == {"endpoint_gone"}
