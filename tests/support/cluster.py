@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import redis
+import redis.cluster
 from redis.cluster import RedisCluster
 
 from tests.conftest import free_port, wait_until
@@ -54,6 +55,9 @@ class LocalCluster:
         for program in ("redis-server", "redis-cli"):
             if shutil.which(program) is None:
                 return f"{program} is not installed: a Redis Cluster cannot be started"
+        if not hasattr(redis.cluster, "TransactionStrategy"):
+            return (f"redis-py {redis.__version__} runs no transactions in cluster pipelines "
+                    "(6.1 or later does): Hookline refuses a cluster REDIS_URL with it")
         return None
 
     def start(self) -> LocalCluster:
