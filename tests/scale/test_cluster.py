@@ -16,15 +16,18 @@ from typing import Any
 
 import pytest
 
+# Imported now, under the suite's settings: its module-level broker settings are what the
+# worker's Celery app (hookline.worker.celery) reads, for the rest of the session.
+import hookline.celeryconfig  # noqa: F401
 from examples.receiver import Receiver, Reply, always, fail_first, in_order
 from hookline.core import config
+from hookline.delivery.publisher import celery_app
 from hookline.enqueue import send_webhook
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import Endpoint, EndpointRegistry
 from hookline.store.gates import Gate
 from hookline.store.schedule import RetrySchedule, build_message
-from hookline.worker.celery import app as celery_app
 from tests.conftest import PrivateRedis, WorkerProcess, wait_until
 from tests.support.cli import fails, json_out, succeeds
 from tests.support.cluster import LocalCluster
@@ -206,7 +209,9 @@ def test_the_schedule_and_dlq_spread_over_the_masters(on_cluster: ClusterSetup):
     client = on_cluster.cluster.client()
     endpoint_ids = [f"spread-{n}" for n in range(24)]
     for endpoint_id in endpoint_ids:
-        message = build_message(celery_app, task_name="hookline.deliver", task_id=endpoint_id,
+        # The publishing app of the settings now in force: the worker's own app would keep
+        # this test's broker for the rest of the session.
+        message = build_message(celery_app(), task_name="hookline.deliver", task_id=endpoint_id,
                                 args=[endpoint_id, "t", {}], kwargs={"event_id": "e"},
                                 retries=1, queue="hookline.retry")
         schedule.park(endpoint_id=endpoint_id, event_id="e", countdown=3600, message=message)
