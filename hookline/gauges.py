@@ -38,7 +38,9 @@ from hookline.core.config import settings
 from hookline.core.metrics import BREAKER_STATES, QUEUES
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.keys import COUNTS_KEY, DLQ_INDEX_KEY, DUE_KEY
+from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.endpoints import registered_ids
+from hookline.store.schedule import RetrySchedule
 
 log = logging.getLogger("hookline.metrics")
 
@@ -82,41 +84,41 @@ class RedisStateCollector(Collector):
 
     def _read(self) -> Iterator[Metric]:
         client, broker = self._clients()
-        endpoint_ids = sorted(client.smembers(keys.ENDPOINT_INDEX))
+        endpoint_ids = registered_ids(client)
+        # The schedule and the dead-letter queue read shard by shard (a Redis Cluster's
+        # slots); TIME on its own: a cluster pipeline cannot route a keyless command.
+        scheduled = RetrySchedule(client).stats()
+        dead_letters = DeadLetterQueue(client).count()
         pipe = client.pipeline(transaction=False)
-        pipe.time()
-        pipe.zcard(DUE_KEY)
-        pipe.zrange(DUE_KEY, 0, 0, withscores=True)
-        pipe.hgetall(COUNTS_KEY)
-        pipe.zcard(DLQ_INDEX_KEY)
         for endpoint_id in endpoint_ids:
             pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until")
-        (seconds, micros), total, head, counts, dead_letters, *breakers = pipe.execute()
+        breakers = pipe.execute() if endpoint_ids else []
+        seconds, micros = client.time()
         depths = broker.pipeline(transaction=False)
         for queue in QUEUES:
             depths.llen(queue)
         lengths = depths.execute()
-        now_ms = seconds * 1000 + micros / 1000
+        now_ms = int(seconds) * 1000 + int(micros) / 1000
 
         yield _gauge("hookline_queue_depth", "Messages waiting in a Celery queue: hookline "
                      "(first deliveries) or hookline.retry (released retries).", "queue",
                      zip(QUEUES, lengths, strict=True))
         yield _gauge("hookline_scheduled_retries",
-                     "Retries waiting in the durable retry schedule.", None, [("", total)])
+                     "Retries waiting in the durable retry schedule.", None,
+                     [("", scheduled.total)])
         yield _gauge("hookline_scheduled_retries_by_endpoint",
                      "Retries waiting in the durable retry schedule, by endpoint.", "endpoint",
-                     sorted((ep, int(n)) for ep, n in counts.items() if int(n) > 0))
-        oldest_due = head[0][1] if head else None
+                     sorted(scheduled.by_endpoint.items()))
         yield _gauge("hookline_scheduled_retry_lag_seconds",
                      "How long the earliest-due scheduled retry is past its due time (0 when "
                      "none is due): how far behind releasing retries is.", None,
-                     [("", max(0.0, (now_ms - oldest_due) / 1000) if oldest_due else 0.0)])
+                     [("", scheduled.lag)])
         due_family = GaugeMetricFamily(
             "hookline_oldest_scheduled_retry_due_timestamp_seconds",
             "Unix time (Redis clock) the earliest-due scheduled retry is due; absent when "
             "none is scheduled.")
-        if oldest_due is not None:
-            due_family.add_metric([], oldest_due / 1000)
+        if scheduled.oldest_due is not None:
+            due_family.add_metric([], scheduled.oldest_due)
         yield due_family
         yield _gauge("hookline_dead_letters", "Events in the dead-letter queue.", None,
                      [("", dead_letters)])
@@ -173,7 +175,7 @@ class EngineCollector(Collector):
     def _registered(self) -> frozenset[str] | None:
         try:
             client = self._redis if self._redis is not None else store.client()
-            return frozenset(client.smembers(keys.ENDPOINT_INDEX))
+            return frozenset(registered_ids(client))
         except redis.RedisError:
             return None
 

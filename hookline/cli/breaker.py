@@ -63,7 +63,8 @@ def describe(status: BreakerStatus) -> str:
 
 def statuses(endpoint_ids: Iterable[str], gate: Gate | None = None) -> list[BreakerStatus]:
     gate = gate or Gate()
-    return [gate.breaker_status(endpoint_id) for endpoint_id in endpoint_ids]
+    now_ms = gate.redis_now_ms()
+    return [gate.breaker_status(endpoint_id, now_ms=now_ms) for endpoint_id in endpoint_ids]
 
 
 @click.group()

@@ -63,8 +63,8 @@ def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
     pipe = store.client().pipeline(transaction=False)
     for item in limited:
         pipe.hget(keys.rate_key(item.id), "book")
-    pipe.time()
-    *books, (seconds, micros) = pipe.execute()
+    books = pipe.execute()
+    seconds, micros = store.client().time()  # keyless: not in a (cluster) pipeline
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     return [{"endpoint_id": item.id, "rate": item.rate, "booked_until": float(book) / 1000}
             for item, book in zip(limited, books, strict=True)

@@ -8,7 +8,7 @@ import ipaddress
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hookline.core import redact
 from hookline.core.errors import HooklineError
@@ -28,6 +28,13 @@ MAX_BYTES = 16 * 1024 * 1024
 DAY = 86400.0
 WEEK = 7 * DAY
 YEAR = 365 * DAY
+
+
+#: URL schemes naming a Redis Cluster for Hookline's state (redis-py's RedisCluster).
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+#: Default hash-tag shards on a Redis Cluster: spread evenly over the slot ranges, so 3 to 16
+#: masters each hold some of every global structure.
+CLUSTER_SHARDS = 16
 
 
 class ConfigError(HooklineError, ValueError):
@@ -105,6 +112,14 @@ class Settings:
     history_attempts: int = 50
     #: Response body bytes kept with each attempt in the history; 0: none.
     history_body_bytes: int = 256
+    #: Hash-tag shards the retry schedule, the dead-letter queue and the endpoint index are
+    #: split over (``hookline.store.keys``): 1 on a single Redis, 16 on a Redis Cluster.
+    state_shards: int = 1
+
+    @property
+    def state_is_cluster(self) -> bool:
+        """``REDIS_URL`` names a Redis Cluster (``redis+cluster://``)."""
+        return self.redis_url.startswith(CLUSTER_SCHEMES)
 
     def lease_seconds(self, read_timeout: float | None = None) -> float:
         """How long an attempt's in-flight lease lives: the longest the attempt can take
@@ -230,10 +245,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     # cache that evicts keys, say), which Hookline's state must not share.
     variable = "HOOKLINE_REDIS_URL" if env.get("HOOKLINE_REDIS_URL") else "REDIS_URL"
     redis_url = env.get(variable) or "redis://127.0.0.1:6379/0"
-    if not redis_url.startswith(("redis://", "rediss://", "unix://")):
+    if not redis_url.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)):
         raise ConfigError(
-            f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss:// or "
-            "unix://")
+            f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss://, "
+            "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster")
     log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
     if log_format not in ("text", "json"):
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
@@ -295,7 +310,29 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"longest attempt ({settings.lease_seconds():g}s: connect + 2 x read timeout + "
             f"{LEASE_MARGIN:g}s), or a message still being sent is handed to a second worker"
         )
-    return settings
+    return _cluster_checked(env, variable, settings)
+
+
+def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) -> Settings:
+    """The Redis Cluster rules: the broker cannot be a cluster (kombu has no cluster transport),
+    and several state shards need a broker apart from the state (consume.lua parks held
+    endpoints' deliveries into one schedule shard when they share a Redis)."""
+    if settings.broker_url.startswith(CLUSTER_SCHEMES):
+        named = (f"HOOKLINE_BROKER_URL={redact.url(settings.broker_url)!r} names a Redis Cluster"
+                 if env.get("HOOKLINE_BROKER_URL") else
+                 f"{variable} names a Redis Cluster and HOOKLINE_BROKER_URL is not set (the "
+                 f"broker defaults to {variable})")
+        raise ConfigError(
+            f"{named}: a Redis Cluster cannot be Celery's broker (kombu has no cluster "
+            "transport); set HOOKLINE_BROKER_URL to a single Redis, a Sentinel-managed one or "
+            "RabbitMQ")
+    shards = _integer(env, "HOOKLINE_STATE_SHARDS",
+                      CLUSTER_SHARDS if settings.state_is_cluster else 1, minimum=1, maximum=256)
+    if shards > 1 and settings.broker_url == settings.redis_url:
+        raise ConfigError(
+            f"HOOKLINE_STATE_SHARDS={shards} needs HOOKLINE_BROKER_URL apart from {variable}: "
+            "on a shared Redis the state stays in one shard (1)")
+    return replace(settings, state_shards=shards)
 
 
 class _NamesRead(dict[str, str]):

@@ -13,8 +13,9 @@ import threading
 from importlib import resources
 
 import redis
+import redis.cluster
 
-from hookline.core.config import settings
+from hookline.core.config import CLUSTER_SCHEMES, settings
 from hookline.store.keys import DOORBELL_KEY
 
 _lock = threading.Lock()
@@ -29,7 +30,25 @@ def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> 
     """A Redis client for ``url``: the one place a URL becomes a client, for Hookline's state
     (``REDIS_URL``) and for a Redis broker (``HOOKLINE_BROKER_URL``). ``options`` are passed
     to the client (timeouts, ``health_check_interval``, ...)."""
+    if url.startswith(CLUSTER_SCHEMES):
+        return _cluster_client(url, decode_responses=decode_responses, **options)
     return redis.Redis.from_url(url, decode_responses=decode_responses, **options)
+
+
+# -- Redis Cluster (REDIS_URL=redis+cluster://host:port): Hookline's state only --------------
+
+
+def _cluster_client(url: str, **options: object) -> redis.Redis:
+    """redis-py's RedisCluster for ``redis+cluster://`` (``rediss+cluster://``: TLS): the
+    URL names one seed node, the others are discovered. Needs a redis-py whose cluster
+    pipelines run MULTI/EXEC transactions on one slot (the dead-letter queue's writes)."""
+    if not hasattr(redis.cluster, "TransactionStrategy"):
+        raise ValueError(f"a Redis Cluster needs redis-py 6.1 or later (this is "
+                         f"{redis.__version__}): its cluster pipelines run no transactions")
+    plain = url.replace("+cluster://", "://", 1)
+    options.pop("health_check_interval", None)  # RedisCluster's nodes check themselves
+    client = redis.cluster.RedisCluster.from_url(plain, **options)
+    return client  # type: ignore[return-value]
 
 
 def client() -> redis.Redis:

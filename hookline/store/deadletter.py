@@ -14,12 +14,18 @@ Entries older than ``HOOKLINE_DLQ_RETENTION`` are trimmed: by ``hookline dlq tri
 once a minute per process, when an entry is added. Never by size: a full dead-letter queue is an
 incident to see, not data to drop.
 
+With ``HOOKLINE_STATE_SHARDS`` above 1 (a Redis Cluster) the three are kept per shard
+(``keys.dead_letter_shards``: ``hookline:{dlq:<n>}:...``), an entry in its endpoint's shard;
+each write and removal is a transaction on one shard, and listing merges the shards in time
+order.
+
 When Redis itself is the failure, an entry is appended to a local spool file and moved into
 Redis by the next successful write (or ``hookline dlq restore-spool``): never dropped.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
@@ -34,11 +40,18 @@ import redis
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store import connection as store
-from hookline.store.keys import DLQ_INDEX_KEY, DLQ_KEY, DLQ_REASON_KEY
+from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exported)
+    DLQ_INDEX_KEY,
+    DLQ_KEY,
+    DLQ_REASON_KEY,
+    DeadLetterKeys,
+    dead_letter_shards,
+    entry_shard,
+)
 
 log = logging.getLogger("hookline.deadletter")
 
-# One hash tag for all three: written together in one transaction, on one Cluster slot.
+# One hash tag for all three (per shard): written together in one transaction, on one slot.
 
 #: Why an event was dead-lettered.
 REASONS = {
@@ -163,10 +176,25 @@ _auto_trim = _OncePer(TRIM_INTERVAL)
 
 
 class DeadLetterQueue:
-    """Store, list, count, replay, purge and trim dead letters."""
+    """Store, list, count, replay, purge and trim dead letters.
 
-    def __init__(self, redis_client: Any = None) -> None:
+    ``shards`` (default ``HOOKLINE_STATE_SHARDS``): how many sets of keys the entries are split
+    over."""
+
+    def __init__(self, redis_client: Any = None, *, shards: int | None = None) -> None:
         self.redis: Any = redis_client or store.client()
+        self.shards: tuple[DeadLetterKeys, ...] = dead_letter_shards(
+            shards or settings().state_shards)
+
+    def shard_of(self, entry_id: str) -> DeadLetterKeys:
+        """The keys of the shard holding entry ``entry_id`` (its endpoint's shard)."""
+        return self.shards[entry_shard(entry_id, len(self.shards))]
+
+    def _by_shard(self, entry_ids: Iterable[str]) -> dict[DeadLetterKeys, list[str]]:
+        grouped: dict[DeadLetterKeys, list[str]] = {}
+        for entry_id in entry_ids:
+            grouped.setdefault(self.shard_of(entry_id), []).append(entry_id)
+        return grouped
 
     def add(self, entry: DeadLetter) -> None:
         """Store ``entry``; if Redis is unreachable, spool it to disk instead of losing it."""
@@ -182,17 +210,21 @@ class DeadLetterQueue:
             self._trim_expired()
 
     def _write(self, entries: Iterable[DeadLetter]) -> None:
-        pipe = self.redis.pipeline(transaction=True)
+        grouped: dict[DeadLetterKeys, list[DeadLetter]] = {}
         for entry in entries:
-            pipe.hset(DLQ_KEY, entry.id, entry.to_json())
-            pipe.zadd(DLQ_INDEX_KEY, {entry.id: entry.dead_lettered_at})
-            for reason in REASONS.keys() - {entry.reason}:  # an entry replaced, reason changed
-                pipe.zrem(DLQ_REASON_KEY.format(reason), entry.id)
-            pipe.zadd(DLQ_REASON_KEY.format(entry.reason), {entry.id: entry.dead_lettered_at})
-        pipe.execute()
+            grouped.setdefault(self.shard_of(entry.id), []).append(entry)
+        for shard, shard_entries in grouped.items():
+            pipe = self.redis.pipeline(transaction=True)
+            for entry in shard_entries:
+                pipe.hset(shard.entries, entry.id, entry.to_json())
+                pipe.zadd(shard.by_time, {entry.id: entry.dead_lettered_at})
+                for reason in REASONS.keys() - {entry.reason}:  # replaced, reason changed
+                    pipe.zrem(shard.by_reason(reason), entry.id)
+                pipe.zadd(shard.by_reason(entry.reason), {entry.id: entry.dead_lettered_at})
+            pipe.execute()
 
     def get(self, entry_id: str) -> DeadLetter | None:
-        text = self.redis.hget(DLQ_KEY, entry_id)
+        text = self.redis.hget(self.shard_of(entry_id).entries, entry_id)
         return DeadLetter.from_json(text) if text else None
 
     def find(self, selection: DeadLetterFilter = DeadLetterFilter(), *, limit: int | None = None
@@ -206,68 +238,89 @@ class DeadLetterQueue:
         return found
 
     def _scan(self, selection: DeadLetterFilter, batch: int = 500) -> Iterator[DeadLetter]:
+        """Matching entries, oldest first: the shards' time indexes merged (only the
+        endpoint's shard when the selection names one)."""
+        shards = (self.shards if selection.endpoint_id is None
+                  else (self.shard_of(f"{selection.endpoint_id}/"),))
+        return heapq.merge(*(self._scan_shard(shard, selection, batch) for shard in shards),
+                           key=lambda entry: (entry.dead_lettered_at, entry.id))
+
+    def _scan_shard(self, shard: DeadLetterKeys, selection: DeadLetterFilter,
+                    batch: int) -> Iterator[DeadLetter]:
         low = "-inf" if selection.since is None else selection.since
         high = "+inf" if selection.until is None else selection.until
         offset = 0
         while True:
-            ids = self.redis.zrangebyscore(DLQ_INDEX_KEY, low, high, start=offset, num=batch)
+            ids = self.redis.zrangebyscore(shard.by_time, low, high, start=offset, num=batch)
             if not ids:
                 return
             offset += len(ids)
-            for text in self.redis.hmget(DLQ_KEY, ids):
-                if text:
-                    entry = DeadLetter.from_json(text)
-                    if selection.matches(entry):
-                        yield entry
+            entries = [DeadLetter.from_json(text)
+                       for text in self.redis.hmget(shard.entries, ids) if text]
+            # In index order; an entry replaced since the index was read sorts by its new time.
+            yield from sorted((entry for entry in entries if selection.matches(entry)),
+                              key=lambda entry: (entry.dead_lettered_at, entry.id))
 
     def count(self) -> int:
-        return int(self.redis.zcard(DLQ_INDEX_KEY))
+        return sum(int(self.redis.zcard(shard.by_time)) for shard in self.shards)
 
     def stats(self) -> DeadLetterStats:
         """Total, count per reason and the oldest entry's time, without reading any entry."""
+        total, oldest = 0, None
+        by_reason: dict[str, int] = {}
+        for shard in self.shards:
+            shard_total, head, counts = self._shard_stats(shard)
+            total += shard_total
+            for reason, n in counts.items():
+                by_reason[reason] = by_reason.get(reason, 0) + n
+            if head and (oldest is None or float(head[0][1]) < oldest):
+                oldest = float(head[0][1])
+        return DeadLetterStats(total=total, by_reason=by_reason, oldest=oldest)
+
+    def _shard_stats(self, shard: DeadLetterKeys) -> tuple[int, Any, dict[str, int]]:
         pipe = self.redis.pipeline(transaction=True)  # one consistent view of the indexes
-        pipe.zcard(DLQ_INDEX_KEY)
-        pipe.zrange(DLQ_INDEX_KEY, 0, 0, withscores=True)
+        pipe.zcard(shard.by_time)
+        pipe.zrange(shard.by_time, 0, 0, withscores=True)
         for reason in REASONS:
-            pipe.zcard(DLQ_REASON_KEY.format(reason))
+            pipe.zcard(shard.by_reason(reason))
         total, head, *counts = pipe.execute()
         by_reason = {reason: int(n) for reason, n in zip(REASONS, counts, strict=True) if n}
         if sum(by_reason.values()) != total:  # entries written before the reason index
-            by_reason = self._index_reasons()
-        return DeadLetterStats(total=int(total), by_reason=by_reason,
-                               oldest=float(head[0][1]) if head else None)
+            by_reason = self._index_reasons(shard)
+        return int(total), head, by_reason
 
     def counts_by_reason(self) -> dict[str, int]:
         return self.stats().by_reason
 
-    def _index_reasons(self) -> dict[str, int]:
-        """Rebuild the per-reason indexes from the entries (once, after an upgrade from a
-        version without them); returns the counts found."""
+    def _index_reasons(self, shard: DeadLetterKeys) -> dict[str, int]:
+        """Rebuild a shard's per-reason indexes from its entries (once, after an upgrade from
+        a version without them); returns the counts found."""
         counts: dict[str, int] = {}
-        self.redis.delete(*(DLQ_REASON_KEY.format(reason) for reason in REASONS))
+        self.redis.delete(*(shard.by_reason(reason) for reason in REASONS))
         pipe = self.redis.pipeline(transaction=False)
-        for n, entry in enumerate(self._scan(DeadLetterFilter()), start=1):
+        for n, entry in enumerate(self._scan_shard(shard, DeadLetterFilter(), TRIM_BATCH),
+                                  start=1):
             counts[entry.reason] = counts.get(entry.reason, 0) + 1
-            pipe.zadd(DLQ_REASON_KEY.format(entry.reason), {entry.id: entry.dead_lettered_at})
+            pipe.zadd(shard.by_reason(entry.reason), {entry.id: entry.dead_lettered_at})
             if n % TRIM_BATCH == 0:
                 pipe.execute()
         pipe.execute()
         return counts
 
-    def _queue_removal(self, pipe: Any, ids: list[str]) -> None:
-        pipe.hdel(DLQ_KEY, *ids)
-        pipe.zrem(DLQ_INDEX_KEY, *ids)
+    def _queue_removal(self, pipe: Any, shard: DeadLetterKeys, ids: list[str]) -> None:
+        pipe.hdel(shard.entries, *ids)
+        pipe.zrem(shard.by_time, *ids)
         for reason in REASONS:
-            pipe.zrem(DLQ_REASON_KEY.format(reason), *ids)
+            pipe.zrem(shard.by_reason(reason), *ids)
 
     def remove(self, entry_ids: Iterable[str]) -> int:
-        """Remove entries whatever they hold now."""
-        ids = list(entry_ids)
-        if not ids:
-            return 0
-        pipe = self.redis.pipeline(transaction=True)
-        self._queue_removal(pipe, ids)
-        return int(pipe.execute()[0])
+        """Remove entries whatever they hold now (one transaction per shard)."""
+        removed = 0
+        for shard, ids in self._by_shard(entry_ids).items():
+            pipe = self.redis.pipeline(transaction=True)
+            self._queue_removal(pipe, shard, ids)
+            removed += int(pipe.execute()[0])
+        return removed
 
     def remove_unchanged(self, dead_lettered_at: Mapping[str, float]) -> int:
         """Remove each entry id whose entry is still the one dead-lettered at the given time.
@@ -275,18 +328,22 @@ class DeadLetterQueue:
         An event dead-lettered again since it was read (a replay that failed at once, say) has
         a new entry: that one stays. Returns how many were removed.
         """
-        ids = list(dead_lettered_at)
+        return sum(self._remove_unchanged(shard, ids, dead_lettered_at)
+                   for shard, ids in self._by_shard(dead_lettered_at).items())
+
+    def _remove_unchanged(self, shard: DeadLetterKeys, ids: list[str],
+                          dead_lettered_at: Mapping[str, float]) -> int:
         for _ in range(REMOVE_ATTEMPTS if ids else 0):
             with self.redis.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(DLQ_INDEX_KEY)
-                    scores = pipe.zmscore(DLQ_INDEX_KEY, ids)
+                    pipe.watch(shard.by_time)
+                    scores = pipe.zmscore(shard.by_time, ids)
                     same = [entry_id for entry_id, score in zip(ids, scores, strict=True)
                             if score is not None and score == dead_lettered_at[entry_id]]
                     if not same:
                         return 0
                     pipe.multi()
-                    self._queue_removal(pipe, same)
+                    self._queue_removal(pipe, shard, same)
                     pipe.execute()
                     return len(same)
                 except redis.WatchError:  # the queue changed between the read and the write
@@ -303,22 +360,33 @@ class DeadLetterQueue:
 
     def count_before(self, before: float) -> int:
         """Entries dead-lettered before ``before`` (Unix seconds)."""
-        return int(self.redis.zcount(DLQ_INDEX_KEY, "-inf", f"({before!r}"))
+        return sum(int(self.redis.zcount(shard.by_time, "-inf", f"({before!r}"))
+                   for shard in self.shards)
 
     def trim(self, before: float, *, limit: int | None = None) -> int:
         """Remove entries dead-lettered before ``before`` (Unix seconds), at most ``limit``;
         returns how many."""
         removed = 0
-        while limit is None or removed < limit:
-            batch = TRIM_BATCH if limit is None else min(TRIM_BATCH, limit - removed)
-            found = self.redis.zrangebyscore(DLQ_INDEX_KEY, "-inf", f"({before!r}", start=0,
-                                             num=batch, withscores=True)
-            done = self.remove_unchanged(dict(found)) if found else 0
-            removed += done
-            if done == 0 or len(found) < batch:
+        for shard in self.shards:
+            removed += self._trim_shard(shard, before,
+                                        None if limit is None else limit - removed)
+            if limit is not None and removed >= limit:
                 break
         if removed:
             log_event("deadletter.trimmed", level=logging.INFO, count=removed, before=before)
+        return removed
+
+    def _trim_shard(self, shard: DeadLetterKeys, before: float, limit: int | None) -> int:
+        removed = 0
+        while limit is None or removed < limit:
+            batch = TRIM_BATCH if limit is None else min(TRIM_BATCH, limit - removed)
+            found = self.redis.zrangebyscore(shard.by_time, "-inf", f"({before!r}", start=0,
+                                             num=batch, withscores=True)
+            done = self._remove_unchanged(shard, [entry_id for entry_id, _ in found],
+                                          dict(found)) if found else 0
+            removed += done
+            if done == 0 or len(found) < batch:
+                break
         return removed
 
     def _trim_expired(self) -> None:

@@ -264,7 +264,8 @@ def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class EndpointRegistry:
-    """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the ``hookline:endpoints`` set."""
+    """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the endpoint index
+    (``hookline:endpoints``; one set per shard on a Redis Cluster, ``keys.endpoint_index_keys``)."""
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
@@ -294,15 +295,18 @@ class EndpointRegistry:
             created_at=now,
             updated_at=now,
         )
-        key = keys.endpoint_key(endpoint_id)
-        # HSETNX on the url field makes "add" refuse an existing endpoint atomically.
-        if not self.redis.hsetnx(key, "url", endpoint.url):
+        # The index first, then the endpoint in one script that refuses an existing one: the
+        # two may sit on different Redis Cluster slots, and an id indexed without its hash
+        # (a failure in between) is skipped by every reader, never half an endpoint.
+        self.redis.sadd(self._index_key(endpoint_id), endpoint_id)
+        script = self.redis.register_script(store.load_script("add_endpoint"))
+        flat = [item for pair in endpoint.to_hash().items() for item in pair]
+        if not script(keys=[keys.endpoint_key(endpoint_id)], args=flat):
             raise EndpointError(f"endpoint {endpoint_id!r} exists already: use 'endpoint update'")
-        pipe = self.redis.pipeline()
-        pipe.hset(key, mapping=endpoint.to_hash())
-        pipe.sadd(keys.ENDPOINT_INDEX, endpoint_id)
-        pipe.execute()
         return endpoint
+
+    def _index_key(self, endpoint_id: str) -> str:
+        return keys.endpoint_index_key(endpoint_id, settings().state_shards)
 
     def get(self, endpoint_id: str) -> Endpoint | None:
         validate_endpoint_id(endpoint_id)
@@ -316,8 +320,8 @@ class EndpointRegistry:
         return endpoint
 
     def list(self) -> list[Endpoint]:
-        ids = sorted(self.redis.smembers(keys.ENDPOINT_INDEX))
-        pipe = self.redis.pipeline()
+        ids = registered_ids(self.redis)
+        pipe = self.redis.pipeline(transaction=False)
         for endpoint_id in ids:
             pipe.hgetall(keys.endpoint_key(endpoint_id))
         return [
@@ -398,10 +402,11 @@ class EndpointRegistry:
         """Forget the endpoint. (``retries.remove_endpoint`` also moves its scheduled retries
         to the dead-letter queue.)"""
         self.require(endpoint_id)
-        pipe = self.redis.pipeline()
-        pipe.delete(*keys.endpoint_owned_keys(endpoint_id))
-        pipe.srem(keys.ENDPOINT_INDEX, endpoint_id)
-        pipe.execute()
+        # The endpoint's own keys share its slot: one DEL removes it whole; the index entry
+        # (another slot on a Redis Cluster) goes after, and readers skip an id left without
+        # its hash.
+        self.redis.delete(*keys.endpoint_owned_keys(endpoint_id))
+        self.redis.srem(self._index_key(endpoint_id), endpoint_id)
 
     def _save(self, endpoint: Endpoint) -> Endpoint:
         key = keys.endpoint_key(endpoint.id)
@@ -413,3 +418,12 @@ class EndpointRegistry:
             raise UnknownEndpoint(endpoint.id)
         return endpoint
 
+
+
+def registered_ids(redis_client: Any) -> list[str]:
+    """Every registered endpoint id, sorted: the endpoint index's shards read in turn (an id
+    may be indexed whose endpoint is gone or not yet written: callers read the endpoint)."""
+    found: set[str] = set()
+    for index in keys.endpoint_index_keys(settings().state_shards):
+        found.update(redis_client.smembers(index))
+    return sorted(found)

@@ -8,19 +8,20 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hookline.core.config import settings
 from hookline.store import connection as store
 from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetter
 from hookline.store.history import AttemptRecord
 from hookline.store.keys import (
-    DLQ_KEY,
-    DUE_KEY,
     EVENT_KEY,
-    META_KEY,
+    dead_letter_shards,
     done_key,
+    endpoint_shard,
     event_keys_pattern,
     glob_escaped,
     history_key,
     lease_key,
+    schedule_shards,
 )
 
 
@@ -75,7 +76,10 @@ class EventView:
             if match and match["event"] == event_id:
                 found.add(match["endpoint"])
         entry_pattern = f"*/{glob_escaped(event_id)}*"
-        for hash_key in (DLQ_KEY, META_KEY):
+        count = settings().state_shards
+        hashes = [*(shard.entries for shard in dead_letter_shards(count)),
+                  *(shard.meta for shard in schedule_shards(count))]
+        for hash_key in hashes:
             for entry_id, _ in self.redis.hscan_iter(hash_key, match=entry_pattern, count=1000):
                 endpoint_id, _, event = entry_id.partition("/")
                 if event in (event_id, event_id + CONFLICT_SUFFIX):
@@ -85,13 +89,16 @@ class EventView:
     def delivery(self, endpoint_id: str, event_id: str) -> EventDelivery:
         """The attempts of ``event_id`` at ``endpoint_id`` and what became of it."""
         entry_id = f"{endpoint_id}/{event_id}"
+        count = settings().state_shards
+        shard = endpoint_shard(endpoint_id, count)
+        schedule, dlq = schedule_shards(count)[shard], dead_letter_shards(count)[shard]
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(history_key(endpoint_id, event_id), 0, -1)
         pipe.exists(done_key(endpoint_id, event_id))
-        pipe.zscore(DUE_KEY, entry_id)
-        pipe.hexists(META_KEY, entry_id)
+        pipe.zscore(schedule.due, entry_id)
+        pipe.hexists(schedule.meta, entry_id)
         pipe.exists(lease_key(endpoint_id, event_id))
-        pipe.hmget(DLQ_KEY, [entry_id, entry_id + CONFLICT_SUFFIX])
+        pipe.hmget(dlq.entries, [entry_id, entry_id + CONFLICT_SUFFIX])
         records, done, due, scheduled, leased, (own, conflict) = pipe.execute()
         dead_letter = DeadLetter.from_json(own) if own else None
         if done:

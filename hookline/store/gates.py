@@ -182,12 +182,16 @@ class Gate:
     def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
         return bool(self.redis.exists(keys.done_key(endpoint_id, event_id)))
 
-    def breaker_status(self, endpoint_id: str) -> BreakerStatus:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.hgetall(keys.breaker_key(endpoint_id))
-        pipe.time()
-        data, (seconds, micros) = pipe.execute()
-        now_ms = seconds * 1000 + micros // 1000
+    def redis_now_ms(self) -> int:
+        """Redis time, milliseconds. TIME is keyless: read on its own, never in a pipeline
+        (a cluster pipeline cannot route it)."""
+        seconds, micros = self.redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def breaker_status(self, endpoint_id: str, *, now_ms: int | None = None) -> BreakerStatus:
+        """``now_ms``: Redis time (:meth:`redis_now_ms`), read here when not given."""
+        data = self.redis.hgetall(keys.breaker_key(endpoint_id))
+        now_ms = self.redis_now_ms() if now_ms is None else now_ms
 
         def future(field: str) -> float | None:
             value = float(data.get(field) or 0)

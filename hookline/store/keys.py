@@ -2,13 +2,19 @@
 
 Keys an endpoint owns carry the endpoint id as a hash tag (``hookline:{ep_1}:...``), so a Lua
 script that touches one endpoint's keys stays in one Redis Cluster slot; the retry schedule's
-keys share ``{schedule}``, the dead-letter queue's ``{dlq}``. Scripts get every key they touch
-through ``KEYS``, built here.
+keys share ``{schedule}``, the dead-letter queue's ``{dlq}`` (``{schedule:<n>}`` and ``{dlq:<n>}``
+per shard with ``HOOKLINE_STATE_SHARDS`` above 1: see the end of this module). Scripts get every
+key they touch through ``KEYS``, built here.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import zlib
+from dataclasses import dataclass
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: The set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
@@ -106,3 +112,117 @@ def schedule_endpoint_key(endpoint_id: str) -> str:
 DLQ_KEY = "hookline:{dlq}:entries"
 DLQ_INDEX_KEY = "hookline:{dlq}:by_time"
 DLQ_REASON_KEY = "hookline:{{dlq}}:by_reason:{}"
+
+
+# -- shards of the global structures (HOOKLINE_STATE_SHARDS) ---------------------------------
+#
+# On a Redis Cluster one hash tag is one slot, so one master: the retry schedule, the
+# dead-letter queue and the endpoint index are each split over ``count`` hash tags that spread
+# over the masters. A retry and a dead letter go to the shard of their endpoint (one
+# endpoint's retries, its schedule index and its count share a slot, so the per-endpoint cap
+# stays exact). With one shard (a single Redis) the keys are the ones above, unchanged.
+
+
+@functools.cache
+def shard_tags(name: str, count: int) -> tuple[str, ...]:
+    """The hash tags of ``count`` shards of structure ``name``: ``name`` itself for one shard;
+    otherwise ``name:<n>``, shard i's tag chosen in the i-th of ``count`` equal slot ranges,
+    so that a cluster whose masters hold contiguous slot ranges (as ``redis-cli --cluster
+    create`` assigns them) gets an even share of the shards on every master."""
+    if count == 1:
+        return (name,)
+    tags = []
+    for shard in range(count):
+        low = shard * REDIS_CLUSTER_HASH_SLOTS // count
+        high = (shard + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+        n = 0
+        while not low <= key_slot(f"{name}:{n}".encode()) < high:
+            n += 1
+        tags.append(f"{name}:{n}")
+    return tuple(tags)
+
+
+def endpoint_shard(endpoint_id: str, count: int) -> int:
+    """The shard of an endpoint's retries and dead letters."""
+    return 0 if count == 1 else zlib.crc32(endpoint_id.encode()) % count
+
+
+def entry_shard(entry_id: str, count: int) -> int:
+    """The shard of a retry or dead-letter id (``<endpoint id>/<event id>``)."""
+    return endpoint_shard(entry_id.split("/", 1)[0], count)
+
+
+@dataclass(frozen=True)
+class ScheduleKeys:
+    """One shard of the retry schedule."""
+
+    tag: str
+
+    @property
+    def due(self) -> str:
+        return f"hookline:{{{self.tag}}}:due"
+
+    @property
+    def messages(self) -> str:
+        return f"hookline:{{{self.tag}}}:messages"
+
+    @property
+    def meta(self) -> str:
+        return f"hookline:{{{self.tag}}}:meta"
+
+    @property
+    def counts(self) -> str:
+        return f"hookline:{{{self.tag}}}:counts"
+
+    @property
+    def wake(self) -> str:
+        return f"hookline:{{{self.tag}}}:wake"
+
+    @property
+    def releasing(self) -> str:
+        return f"hookline:{{{self.tag}}}:releasing"
+
+    @property
+    def shared(self) -> list[str]:
+        """due, messages, meta, counts: the keys park, release and unpark take first."""
+        return [self.due, self.messages, self.meta, self.counts]
+
+    def by_endpoint(self, endpoint_id: str) -> str:
+        return f"hookline:{{{self.tag}}}:by_endpoint:{endpoint_id}"
+
+
+@dataclass(frozen=True)
+class DeadLetterKeys:
+    """One shard of the dead-letter queue."""
+
+    tag: str
+
+    @property
+    def entries(self) -> str:
+        return f"hookline:{{{self.tag}}}:entries"
+
+    @property
+    def by_time(self) -> str:
+        return f"hookline:{{{self.tag}}}:by_time"
+
+    def by_reason(self, reason: str) -> str:
+        return f"hookline:{{{self.tag}}}:by_reason:{reason}"
+
+
+def schedule_shards(count: int) -> tuple[ScheduleKeys, ...]:
+    return tuple(ScheduleKeys(tag) for tag in shard_tags("schedule", count))
+
+
+def dead_letter_shards(count: int) -> tuple[DeadLetterKeys, ...]:
+    return tuple(DeadLetterKeys(tag) for tag in shard_tags("dlq", count))
+
+
+def endpoint_index_keys(count: int) -> tuple[str, ...]:
+    """The endpoint index's shards (sets of endpoint ids); one shard: ``ENDPOINT_INDEX``."""
+    if count == 1:
+        return (ENDPOINT_INDEX,)
+    return tuple(f"hookline:{{{tag}}}:index" for tag in shard_tags("endpoints", count))
+
+
+def endpoint_index_key(endpoint_id: str, count: int) -> str:
+    return endpoint_index_keys(count)[endpoint_shard(endpoint_id, count)]

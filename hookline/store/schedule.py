@@ -7,14 +7,21 @@ its due time (Redis server time), and the current message is acknowledged only o
 is written. A :class:`Releaser` moves due retries, earliest first and in bounded batches, onto
 the ``hookline.retry`` queue in one atomic script, so any number of releasers can run.
 
-Keys share the ``{schedule}`` hash tag: one Redis Cluster slot, like rq's registries.
+Keys share the ``{schedule}`` hash tag: one Redis Cluster slot, like rq's registries. With
+``HOOKLINE_STATE_SHARDS`` above 1 (a Redis Cluster) the schedule is that many such sets of keys
+(``keys.schedule_shards``), a retry in its endpoint's shard; every script runs on one shard,
+and releasing, stats and listings walk them all. The total cap is enforced per shard, as each
+shard's share (``ceil(schedule_max / shards)``); the per-endpoint cap exactly (an endpoint's
+retries are all in one shard).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +34,7 @@ from hookline.core.config import settings
 from hookline.core.messages import TASK_NAME, delivery_headers
 from hookline.store import connection as store
 from hookline.store.connection import ring
-from hookline.store.keys import (
+from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exported)
     COUNTS_KEY,
     DOORBELL_KEY,
     DUE_KEY,
@@ -36,8 +43,11 @@ from hookline.store.keys import (
     RELEASING_KEY,
     SCHEDULE_KEYS,
     WAKE_KEY,
+    ScheduleKeys,
+    endpoint_shard,
     glob_escaped,
     schedule_endpoint_key,
+    schedule_shards,
 )
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
@@ -56,15 +66,18 @@ def retry_endpoint(retry_id: str) -> str:
 
 
 def index_key(retry_id: str) -> str:
-    """The per-endpoint index set a retry id is kept in (``keys.schedule_endpoint_key``)."""
+    """The per-endpoint index set a retry id is kept in, with one shard
+    (``keys.schedule_endpoint_key``)."""
     return schedule_endpoint_key(retry_endpoint(retry_id))
 
 
 class ScheduleFull(Exception):
     """The total or per-endpoint cap on scheduled retries is reached."""
 
-    def __init__(self, which: str, count: int) -> None:
+    def __init__(self, which: str, count: int, shards: int = 1) -> None:
         where = "in all" if which == "total" else "for this endpoint"
+        if which == "total" and shards > 1:
+            where = f"in this endpoint's shard (1 of {shards}, each holding its share)"
         super().__init__(f"the retry schedule is full: {count} retries scheduled {where}")
         self.which = which
 
@@ -153,16 +166,28 @@ def decode_task(message: str) -> tuple[str, list[Any], dict[str, Any]]:
 
 
 class RetrySchedule:
-    """Park, release, inspect and drop scheduled retries."""
+    """Park, release, inspect and drop scheduled retries.
+
+    ``shards`` (default ``HOOKLINE_STATE_SHARDS``): how many sets of schedule keys the retries
+    are split over; ``max_total`` is enforced as each shard's share of it."""
 
     def __init__(self, redis_client: Any = None, *, max_total: int | None = None,
-                 max_per_endpoint: int | None = None) -> None:
+                 max_per_endpoint: int | None = None, shards: int | None = None) -> None:
         self.redis: Any = redis_client or store.client()
         self.max_total = max_total or settings().schedule_max
         self.max_per_endpoint = max_per_endpoint or settings().schedule_max_per_endpoint
+        self.shards: tuple[ScheduleKeys, ...] = schedule_shards(shards or settings().state_shards)
+        #: The total cap each shard enforces.
+        self.max_per_shard = math.ceil(self.max_total / len(self.shards))
         self._park = self.redis.register_script(store.load_script("park"))
         self._release = self.redis.register_script(store.load_script("release"))
         self._unpark = self.redis.register_script(store.load_script("unpark"))
+        self._confirm = self.redis.register_script(store.load_script("confirm"))
+        self._woken = itertools.cycle(range(len(self.shards)))
+
+    def shard_of(self, endpoint_id: str) -> ScheduleKeys:
+        """The keys of the shard holding ``endpoint_id``'s retries."""
+        return self.shards[endpoint_shard(endpoint_id, len(self.shards))]
 
     def park(self, *, endpoint_id: str, event_id: str, countdown: float, message: str,
              last_status: int | None = None, last_error: str = "") -> float:
@@ -170,19 +195,20 @@ class RetrySchedule:
         (Unix seconds). Raises :class:`ScheduleFull` at a cap."""
         meta = json.dumps({"endpoint_id": endpoint_id, "event_id": event_id,
                            "last_status": last_status, "last_error": last_error})
+        shard = self.shard_of(endpoint_id)
         reply = self._park(
-            keys=[*SCHEDULE_KEYS, WAKE_KEY, schedule_endpoint_key(endpoint_id)],
+            keys=[*shard.shared, shard.wake, shard.by_endpoint(endpoint_id)],
             args=[f"{endpoint_id}/{event_id}", max(0, round(countdown * 1000)), message, meta,
-                  endpoint_id, self.max_total, self.max_per_endpoint],
+                  endpoint_id, self.max_per_shard, self.max_per_endpoint],
         )
         if reply[0] == "full":
-            raise ScheduleFull(reply[1], int(reply[2]))
+            raise ScheduleFull(reply[1], int(reply[2]), len(self.shards))
         return int(reply[1]) / 1000.0
 
     def release_due(self, *, batch: int = 500, queue: str = "hookline.retry",
                     broker: Any = None, queue_limit: int | None = None
                     ) -> tuple[int, float | None]:
-        """Release up to ``batch`` due retries, earliest first.
+        """Release up to ``batch`` due retries of each shard, earliest first.
 
         ``broker`` is None when the broker is this Redis: the script pushes the messages itself,
         atomically. Otherwise the script claims them and they are pushed to ``broker`` here
@@ -190,60 +216,98 @@ class RetrySchedule:
         then another releases them again (the idempotency gate stops a second send).
         Returns (released, seconds until the next retry is due or None when none is left).
         """
-        if broker is None:
-            limit = queue_limit or settings().retry_queue_limit
-            # The script takes every key through KEYS, so the candidates' endpoint index keys
-            # are read first: the earliest ``batch`` retries (the script releases those still
-            # there and due, and reports the ones another releaser took meanwhile).
-            # Losing every candidate to another releaser means that one made progress, so
-            # reading again always ends; after a loss the next read starts further down the
-            # due set, so two releasers in step take different retries instead of the same.
-            offset = 0
-            while True:
-                candidates = [bytes_to_str(c) for c in
-                              self.redis.zrange(DUE_KEY, offset, offset + batch - 1)]
-                if not candidates and offset:
-                    offset = 0
-                    continue
-                reply = self._release(
-                    keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY, *map(index_key, candidates)],
-                    args=[batch, limit, "push", *candidates])
-                if int(reply[0]) or not int(reply[3]):
-                    break  # released some, or nothing taken by another releaser: done
-                offset = (offset + batch) % (STALE_READS * batch)
-        else:
-            reply = self._release(keys=[*SCHEDULE_KEYS, RELEASING_KEY],
-                                  args=[batch, round(CLAIM_LEASE * 1000), "claim"])
-            ids, messages = reply[3::2], reply[4::2]
-            if ids:
-                pipe = broker.pipeline(transaction=False)
-                for message in messages:
-                    if message:
-                        pipe.lpush(queue, message)
-                ring(pipe)
-                pipe.execute()
-                self.unpark([bytes_to_str(retry_id) for retry_id in ids])
-        released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
-        return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
+        released, wait = 0, None
+        for shard in self.shards:
+            if broker is None:
+                count, next_wait = self._push_due(shard, batch, queue, queue_limit)
+            else:
+                count, next_wait = self._claim_due(shard, batch, queue, broker)
+            released += count
+            if next_wait is not None and (wait is None or next_wait < wait):
+                wait = next_wait
+        return released, wait
+
+    def _push_due(self, shard: ScheduleKeys, batch: int, queue: str,
+                  queue_limit: int | None) -> tuple[int, float | None]:
+        """release_due for a broker on this Redis: one shard's due retries pushed by the
+        script itself."""
+        limit = queue_limit or settings().retry_queue_limit
+        # The script takes every key through KEYS, so the candidates' endpoint index keys
+        # are read first: the earliest ``batch`` retries (the script releases those still
+        # there and due, and reports the ones another releaser took meanwhile).
+        # Losing every candidate to another releaser means that one made progress, so
+        # reading again always ends; after a loss the next read starts further down the
+        # due set, so two releasers in step take different retries instead of the same.
+        offset = 0
+        while True:
+            candidates = [bytes_to_str(c) for c in
+                          self.redis.zrange(shard.due, offset, offset + batch - 1)]
+            if not candidates and offset:
+                offset = 0
+                continue
+            reply = self._release(
+                keys=[*shard.shared, queue, DOORBELL_KEY,
+                      *(shard.by_endpoint(retry_endpoint(c)) for c in candidates)],
+                args=[batch, limit, "push", *candidates])
+            if int(reply[0]) or not int(reply[3]):
+                break  # released some, or nothing taken by another releaser: done
+            offset = (offset + batch) % (STALE_READS * batch)
+        return _released(reply)
+
+    def _claim_due(self, shard: ScheduleKeys, batch: int, queue: str,
+                   broker: Any) -> tuple[int, float | None]:
+        """release_due for a broker elsewhere: one shard's due retries claimed, pushed to
+        ``broker`` and confirmed (confirm.lua: one parked again meanwhile stays)."""
+        reply = self._release(keys=[*shard.shared, shard.releasing],
+                              args=[batch, round(CLAIM_LEASE * 1000), "claim"])
+        ids, messages = reply[3::2], reply[4::2]
+        if ids:
+            self._push_claimed(broker, queue, messages)
+            self.confirm_claimed([bytes_to_str(retry_id) for retry_id in ids])
+        return _released(reply)
+
+    def _push_claimed(self, broker: Any, queue: str, messages: list[Any]) -> None:
+        """Publish claimed retries' messages onto ``queue`` in ``broker``."""
+        pipe = broker.pipeline(transaction=False)
+        for message in messages:
+            if message:
+                pipe.lpush(queue, message)
+        ring(pipe)
+        pipe.execute()
 
     def wait_for_wake(self, timeout: float) -> None:
-        """Block until a retry due sooner than all others is parked, or ``timeout`` passes."""
+        """Block until a retry due sooner than all others is parked, or ``timeout`` passes.
+        With several shards this watches one shard's wake list per call, in turn (a blocking
+        pop cannot span a cluster's slots): a retry parked due sooner in another shard is
+        released at most ``timeout`` late."""
         if timeout <= 0:
             return
-        self.redis.blpop([WAKE_KEY], timeout=max(0.01, timeout))
+        shard = self.shards[next(self._woken)]
+        self.redis.blpop([shard.wake], timeout=max(0.01, timeout))
+
+    def redis_now(self) -> float:
+        """Redis server time, Unix seconds: the clock due times are measured on. TIME is
+        keyless, so it is read on its own (a cluster pipeline cannot route it)."""
+        seconds, micros = self.redis.time()
+        return int(seconds) + int(micros) / 1e6
 
     def stats(self) -> ScheduleStats:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zcard(DUE_KEY)
-        pipe.hgetall(COUNTS_KEY)
-        pipe.zrange(DUE_KEY, 0, 0, withscores=True)
-        pipe.time()
-        total, counts, head, (seconds, micros) = pipe.execute()
-        now = seconds + micros / 1e6
-        oldest = head[0][1] / 1000.0 if head else None
+        total, oldest = 0, None
+        by_endpoint: dict[str, int] = {}
+        for shard in self.shards:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.zcard(shard.due)
+            pipe.hgetall(shard.counts)
+            pipe.zrange(shard.due, 0, 0, withscores=True)
+            count, counts, head = pipe.execute()
+            total += int(count)
+            by_endpoint.update((ep, int(n)) for ep, n in counts.items() if int(n) > 0)
+            if head and (oldest is None or head[0][1] / 1000.0 < oldest):
+                oldest = head[0][1] / 1000.0
+        now = self.redis_now()
         return ScheduleStats(
-            total=int(total),
-            by_endpoint={endpoint: int(n) for endpoint, n in counts.items() if int(n) > 0},
+            total=total,
+            by_endpoint=by_endpoint,
             oldest_due=oldest,
             lag=max(0.0, now - oldest) if oldest is not None else 0.0,
         )
@@ -254,56 +318,91 @@ class RetrySchedule:
         One endpoint's are read from its index set (``keys.schedule_endpoint_key``), not by a
         scan of the whole schedule; a page of ids at a time, each page's meta, messages and due
         times in one round trip."""
-        if endpoint_id is None:
-            pages = _pages(retry_id for retry_id, _ in
-                           self.redis.hscan_iter(META_KEY, count=PAGE))
-        else:
+        if endpoint_id is not None:
             self._complete_index(endpoint_id)
-            pages = _pages(self.redis.sscan_iter(schedule_endpoint_key(endpoint_id),
-                                                 count=PAGE))
-        for ids in pages:
+            shard = self.shard_of(endpoint_id)
+            yield from self._read(shard, self.redis.sscan_iter(shard.by_endpoint(endpoint_id),
+                                                               count=PAGE))
+            return
+        for shard in self.shards:
+            yield from self._read(shard, (retry_id for retry_id, _ in
+                                          self.redis.hscan_iter(shard.meta, count=PAGE)))
+
+    def _read(self, shard: ScheduleKeys, ids: Iterable[str]) -> Iterator[ScheduledRetry]:
+        for page in _pages(iter(ids)):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.hmget(META_KEY, ids)
-            pipe.hmget(MESSAGES_KEY, ids)
-            pipe.zmscore(DUE_KEY, ids)
+            pipe.hmget(shard.meta, page)
+            pipe.hmget(shard.messages, page)
+            pipe.zmscore(shard.due, page)
             metas, messages, dues = pipe.execute()
-            for retry_id, meta_text, message, due in zip(ids, metas, messages, dues, strict=True):
+            for retry_id, meta_text, message, due in zip(page, metas, messages, dues,
+                                                         strict=True):
                 if meta_text is None or message is None:
                     continue  # left the schedule since the id was read
-                meta = json.loads(meta_text)
-                task_id, args, kwargs = decode_task(message)
-                yield ScheduledRetry(
-                    id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
-                    event_type=args[1] if len(args) > 1 else "",
-                    payload=args[2] if len(args) > 2 else None,
-                    due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
-                    first_attempt_at=kwargs.get("first_attempt_at"),
-                    last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
-                    task_id=task_id,
-                    enqueued_at=kwargs.get("enqueued_at"),
-                )
+                yield _scheduled_retry(retry_id, meta_text, message, due)
 
     def _complete_index(self, endpoint_id: str) -> None:
         """Retries parked before the per-endpoint index existed are counted but not indexed:
         when the index holds fewer ids than the endpoint's count, add the endpoint's ids found
         by one scan of the schedule (once; after that the index is complete)."""
+        shard = self.shard_of(endpoint_id)
+        index = shard.by_endpoint(endpoint_id)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hget(COUNTS_KEY, endpoint_id)
-        pipe.scard(schedule_endpoint_key(endpoint_id))
+        pipe.hget(shard.counts, endpoint_id)
+        pipe.scard(index)
         count, indexed = pipe.execute()
         if int(count or 0) <= int(indexed):
             return
         prefix = f"{endpoint_id}/"
         ids = [bytes_to_str(retry_id) for retry_id, _ in
-               self.redis.hscan_iter(META_KEY, match=f"{glob_escaped(prefix)}*", count=PAGE)]
+               self.redis.hscan_iter(shard.meta, match=f"{glob_escaped(prefix)}*", count=PAGE)]
         for start in range(0, len(ids), PAGE):
-            self.redis.sadd(schedule_endpoint_key(endpoint_id), *ids[start:start + PAGE])
+            self.redis.sadd(index, *ids[start:start + PAGE])
 
     def unpark(self, retry_ids: list[str]) -> int:
-        if not retry_ids:
-            return 0
-        return int(self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY, *map(index_key, retry_ids)],
-                                args=retry_ids))
+        """Take retries out of the schedule (one script call per shard); returns how many
+        were still there."""
+        return self._per_shard(self._unpark, retry_ids)
+
+    def confirm_claimed(self, retry_ids: list[str]) -> int:
+        """Take claimed retries, pushed to the broker, out of the schedule; one parked again
+        since it was claimed (its message taken and deferred already) stays. Returns how
+        many left."""
+        return self._per_shard(self._confirm, retry_ids)
+
+    def _per_shard(self, script: Any, retry_ids: list[str]) -> int:
+        by_shard: dict[ScheduleKeys, list[str]] = {}
+        for retry_id in retry_ids:
+            by_shard.setdefault(self.shard_of(retry_endpoint(retry_id)), []).append(retry_id)
+        removed = 0
+        for shard, ids in by_shard.items():
+            removed += int(script(
+                keys=[*shard.shared, shard.releasing,
+                      *(shard.by_endpoint(retry_endpoint(retry_id)) for retry_id in ids)],
+                args=ids))
+        return removed
+
+
+def _released(reply: Any) -> tuple[int, float | None]:
+    """(released, seconds until the shard's next retry is due or None) of a release reply."""
+    released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
+    return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
+
+
+def _scheduled_retry(retry_id: str, meta_text: str, message: str,
+                     due: float | None) -> ScheduledRetry:
+    meta = json.loads(meta_text)
+    task_id, args, kwargs = decode_task(message)
+    return ScheduledRetry(
+        id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
+        event_type=args[1] if len(args) > 1 else "",
+        payload=args[2] if len(args) > 2 else None,
+        due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
+        first_attempt_at=kwargs.get("first_attempt_at"),
+        last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
+        task_id=task_id,
+        enqueued_at=kwargs.get("enqueued_at"),
+    )
 
 
 def _pages(ids: Iterator[str]) -> Iterator[list[str]]:

@@ -1,7 +1,8 @@
 -- Piece (included with "--#include piece_park.lua"): one retry into and out of the retry
--- schedule, with the caps and the counts. park.lua and consume.lua park with it; release.lua
--- and unpark.lua take retries out with it.
--- `schedule` is a table of keys, all passed in KEYS (hash tag {schedule}):
+-- schedule, with the caps and the counts. park.lua and consume.lua park with it; release.lua,
+-- unpark.lua and confirm.lua take retries out with it.
+-- `schedule` is a table of keys, all passed in KEYS (hash tag {schedule}, or one shard's
+-- {schedule:<n>} on a Redis Cluster: every key of a call in that one slot):
 --   due       sorted set: retry id -> due time (ms)
 --   messages  hash: retry id -> broker message, ready to push
 --   meta      hash: retry id -> JSON {endpoint_id, event_id, ...}; a retry is scheduled (and
@@ -9,7 +10,8 @@
 --   counts    hash: endpoint id -> retries scheduled
 --   wake      list: pushed when the earliest due time moves earlier (park only)
 -- `index` is the endpoint's set of scheduled retry ids (hookline:{schedule}:by_endpoint:<ep>,
--- passed in KEYS), so a 410 or a disable finds them without a scan of the whole schedule.
+-- in the endpoint's shard, passed in KEYS), so a 410 or a disable finds them without a scan of
+-- the whole schedule. `max_total` is the shard's share of the total cap.
 -- Invariant: for every endpoint, counts[endpoint] = SCARD(index) = its entries in meta.
 
 -- park_retry(schedule, index, id, endpoint, due, message, meta, max_total, max_per_endpoint)

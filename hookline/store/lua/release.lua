@@ -19,7 +19,7 @@
 --            meanwhile is skipped and counted as stale; one due now but not among them waits
 --            for the next call.
 -- 'claim' leaves the claimed retries scheduled (in meta, counts and their endpoint's index)
--- until the caller confirms them with unpark.lua; one whose lease ran out is due again.
+-- until the caller confirms them with confirm.lua; one whose lease ran out is due again.
 -- Returns  {released, next_due_ms or -1, now_ms, stale} for 'push';
 --          {released, next_due_ms or -1, now_ms, id, message, id, message, ...} for 'claim'
 --#include piece_clock.lua
