@@ -163,6 +163,7 @@ class RetrySchedule:
         self._park = self.redis.register_script(store.load_script("park"))
         self._release = self.redis.register_script(store.load_script("release"))
         self._unpark = self.redis.register_script(store.load_script("unpark"))
+        self._confirm = self.redis.register_script(store.load_script("confirm"))
 
     def park(self, *, endpoint_id: str, event_id: str, countdown: float, message: str,
              last_status: int | None = None, last_error: str = "") -> float:
@@ -214,17 +215,43 @@ class RetrySchedule:
         else:
             reply = self._release(keys=[*SCHEDULE_KEYS, RELEASING_KEY],
                                   args=[batch, round(CLAIM_LEASE * 1000), "claim"])
-            ids, messages = reply[3::2], reply[4::2]
+            ids = [bytes_to_str(retry_id) for retry_id in reply[3::2]]
             if ids:
-                pipe = broker.pipeline(transaction=False)
-                for message in messages:
-                    if message:
-                        pipe.lpush(queue, message)
-                ring(pipe)
-                pipe.execute()
-                self.unpark([bytes_to_str(retry_id) for retry_id in ids])
+                self._push_claimed(broker, queue, ids, reply[4::2])
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
         return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
+
+    def _push_claimed(self, broker: Any, queue: str, ids: list[str],
+                      messages: list[Any]) -> None:
+        """Publish claimed retries onto ``queue``, then confirm them (confirm.lua). ``broker``
+        is a Redis client (its list, and the doorbell) or anything with
+        ``publish_released(queue, messages)`` that publishes them in order and returns how
+        many it published (``hookline.delivery.releaser``: RabbitMQ through Celery's
+        producer). The ones published before a failure are confirmed before it is raised;
+        the rest stay claimed until the lease ends, then are released again."""
+        publish = getattr(broker, "publish_released", None)
+        if publish is None:
+            pipe = broker.pipeline(transaction=False)
+            for message in messages:
+                if message:
+                    pipe.lpush(queue, message)
+            ring(pipe)
+            pipe.execute()
+            self.confirm_released(ids)
+            return
+        published = 0
+        try:
+            published = int(publish(queue, [bytes_to_str(m) if m else "" for m in messages]))
+        finally:
+            self.confirm_released(ids[:published])
+
+    def confirm_released(self, retry_ids: list[str]) -> int:
+        """Drop published retries from the schedule, except one parked again since it was
+        claimed (its delivery ran already); returns how many left the schedule."""
+        if not retry_ids:
+            return 0
+        return int(self._confirm(keys=[*SCHEDULE_KEYS, RELEASING_KEY,
+                                       *map(index_key, retry_ids)], args=retry_ids))
 
     def wait_for_wake(self, timeout: float) -> None:
         """Block until a retry due sooner than all others is parked, or ``timeout`` passes."""

@@ -19,7 +19,7 @@
 --            meanwhile is skipped and counted as stale; one due now but not among them waits
 --            for the next call.
 -- 'claim' leaves the claimed retries scheduled (in meta, counts and their endpoint's index)
--- until the caller confirms them with unpark.lua; one whose lease ran out is due again.
+-- until the caller confirms them with confirm.lua; one whose lease ran out is due again.
 -- Returns  {released, next_due_ms or -1, now_ms, stale} for 'push';
 --          {released, next_due_ms or -1, now_ms, id, message, id, message, ...} for 'claim'
 --#include piece_clock.lua
@@ -55,11 +55,12 @@ if mode == 'push' then
     redis.call('XADD', KEYS[6], 'MAXLEN', 1, '*', 'n', '1')
   end
 else
-  -- A releaser that claimed retries and died before confirming: they are due again.
+  -- A releaser that claimed retries and died before confirming: they are due again (NX: one
+  -- parked again meanwhile keeps its new due time).
   local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
   for _, id in ipairs(expired) do
     redis.call('ZREM', KEYS[5], id)
-    redis.call('ZADD', KEYS[1], now, id)
+    redis.call('ZADD', KEYS[1], 'NX', now, id)
   end
   if room > 0 then
     local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, room)
