@@ -59,6 +59,13 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         # broker has the message. The Redis options above mean nothing here.
         values["broker_transport_options"] = {"confirm_publish": confirm_publish}
         values["broker_transport"] = None  # kombu's py-amqp transport, from the URL's scheme
+        # No AMQP heartbeats: with them Celery registers the task-event connection with the
+        # worker's event loop (celery/worker/consumer/events.py), and under the threads pool
+        # the loop then reads the reply a pool thread publishing events waits for (its first
+        # exchange.declare, every confirm): the thread blocks for good holding the dispatcher's
+        # lock, and the worker stops (seen here within seconds of a burst). Dead connections
+        # are found by TCP keepalive instead (py-amqp turns it on: ~2.5 min).
+        values["broker_heartbeat"] = 0
         return values
     if config.broker_url.startswith(("redis://", "rediss://", "unix://")):
         unsupported = compat.problems(versions_only=True)
@@ -73,16 +80,17 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
     return values
 
 
-# The worker's own app publishes only task events (Flower's), from pool threads, on a
-# connection its event loop reads too: waiting there for a publisher confirm hangs the thread
-# (the loop takes the ack). So no confirms here; the publishing app sets them
-# (hookline.delivery.publisher applies broker_settings with its defaults).
+# The worker's own app publishes only task events (Flower's): they need no publisher confirm,
+# and waiting for one from a pool thread is what the heartbeat note above is about. The
+# publishing app (deliveries, released retries: hookline.delivery.publisher) has them.
 _broker = broker_settings(settings(), confirm_publish=False)
 
 # The broker is the same Redis as Hookline's state unless HOOKLINE_BROKER_URL says otherwise.
 broker_url = _broker["broker_url"]
 broker_read_url = _broker["broker_read_url"]
 broker_write_url = _broker["broker_write_url"]
+if "broker_heartbeat" in _broker:
+    broker_heartbeat = _broker["broker_heartbeat"]
 # Results are not stored: the outcome of a delivery lives in Redis (done marker, dead-letter
 # queue), and a result backend would only add a write per task.
 result_backend = None

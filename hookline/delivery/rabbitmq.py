@@ -14,6 +14,7 @@ what Hookline asks of the broker besides Celery's own consuming, through kombu.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -104,10 +105,8 @@ class RabbitBroker:
                 return 0
             raise
         finally:
-            try:
+            with contextlib.suppress(Exception):  # a channel the server closed already
                 channel.close()
-            except Exception:  # noqa: BLE001 - a channel the server closed already
-                pass
 
 
 def unwrap(message: str) -> tuple[bytes, dict[str, Any]]:

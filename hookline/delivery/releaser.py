@@ -82,7 +82,7 @@ class Releaser:
             except (BrokerUnavailable, KombuError, OSError) as exc:
                 self._failed("broker.release_failed", exc)
                 continue
-            except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failure
+            except Exception as exc:  # the thread must outlive any one failure
                 log_event("schedule.release_error", level=logging.ERROR,
                           error=type(exc).__name__, detail=str(exc)[:200])
                 self._stop.wait(FAILURE_PAUSE)

@@ -63,18 +63,6 @@ def private_vhost(prefix: str = "hl-test") -> Iterator[str]:
         _ctl("delete_vhost", vhost)
 
 
-def queue_depths(vhost: str) -> dict[str, int]:
-    """Messages ready in each queue of ``vhost``, as RabbitMQ reports them."""
-    listed = _ctl("list_queues", "-p", vhost, "--quiet", "--no-table-headers", "name",
-                  "messages_ready")
-    depths: dict[str, int] = {}
-    for line in listed.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            depths[parts[0]] = int(parts[1])
-    return depths
-
-
 def queue_types(vhost: str) -> dict[str, str]:
     """Each queue's type (classic, quorum) in ``vhost``."""
     listed = _ctl("list_queues", "-p", vhost, "--quiet", "--no-table-headers", "name", "type")
