@@ -244,19 +244,20 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _broker_url(env: Mapping[str, str], redis_url: str, variable: str) -> str:
-    """``HOOKLINE_BROKER_URL`` (default: Hookline's Redis), refused unless its scheme is one
-    of :data:`SUPPORTED_BROKER_SCHEMES` (the password never appears in the message)."""
-    url = (env.get("HOOKLINE_BROKER_URL") or "").strip() or redis_url
+def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
+    """``HOOKLINE_BROKER_URL`` (default: Hookline's Redis, whose URL is checked as such),
+    refused unless its scheme is one of :data:`SUPPORTED_BROKER_SCHEMES` (the password never
+    appears in the message)."""
+    url = (env.get("HOOKLINE_BROKER_URL") or "").strip()
+    if not url:
+        return redis_url
     scheme = broker_scheme(url)
     if scheme not in SUPPORTED_BROKER_SCHEMES:
-        named = ("HOOKLINE_BROKER_URL" if env.get("HOOKLINE_BROKER_URL") else
-                 f"{variable} (the broker when HOOKLINE_BROKER_URL is not set)")
         raise ConfigError(
-            f"{named}={redact.url(url)!r} (scheme {scheme or 'missing'!r}): Hookline does not "
-            "support this broker; supported "
-            f"broker URL schemes: {', '.join(s + '://' for s in SUPPORTED_BROKER_SCHEMES)} "
-            "(Redis, Redis Sentinel, RabbitMQ)")
+            f"HOOKLINE_BROKER_URL={redact.url(url)!r} (scheme {scheme or 'missing'!r}): "
+            "Hookline does not support this broker; supported broker URL schemes: "
+            f"{', '.join(s + '://' for s in SUPPORTED_BROKER_SCHEMES)} (Redis, Redis "
+            "Sentinel, RabbitMQ)")
     return url
 
 
@@ -276,7 +277,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
     settings = Settings(
         redis_url=redis_url,
-        broker_url=_broker_url(env, redis_url, variable),
+        broker_url=_broker_url(env, redis_url),
         visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0,
                                    maximum=WEEK),
         retry_policy=_retry_policy(env),
