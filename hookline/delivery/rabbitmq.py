@@ -33,7 +33,12 @@ PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 
 
 
 class BrokerUnavailable(HooklineError):
-    """RabbitMQ did not answer or refused the operation (the message says which)."""
+    """RabbitMQ did not answer or refused the operation (the message says which).
+    ``published``: how many of a batch of released retries were published before it."""
+
+    def __init__(self, message: str, *, published: int = 0) -> None:
+        super().__init__(message)
+        self.published = published
 
 
 def _errors(connection: Any) -> tuple[type[BaseException], ...]:
@@ -77,7 +82,7 @@ class RabbitBroker:
             except errors as exc:
                 raise BrokerUnavailable(
                     f"publishing a released retry to {queue} failed after {done} of "
-                    f"{len(messages)}: {type(exc).__name__}") from exc
+                    f"{len(messages)}: {type(exc).__name__}", published=done) from exc
         return done
 
     def depths(self, queues: Iterable[str]) -> dict[str, int]:

@@ -226,9 +226,10 @@ class RetrySchedule:
         """Publish claimed retries onto ``queue``, then confirm them (confirm.lua). ``broker``
         is a Redis client (its list, and the doorbell) or anything with
         ``publish_released(queue, messages)`` that publishes them in order and returns how
-        many it published (``hookline.delivery.releaser``: RabbitMQ through Celery's
-        producer). The ones published before a failure are confirmed before it is raised;
-        the rest stay claimed until the lease ends, then are released again."""
+        many it published (``hookline.delivery.rabbitmq``: RabbitMQ through Celery's
+        producer). The ones published before a failure (the exception's ``published``) are
+        confirmed before it is raised; the rest stay claimed until the lease ends, then are
+        released again."""
         publish = getattr(broker, "publish_released", None)
         if publish is None:
             pipe = broker.pipeline(transaction=False)
@@ -239,11 +240,12 @@ class RetrySchedule:
             pipe.execute()
             self.confirm_released(ids)
             return
-        published = 0
         try:
             published = int(publish(queue, [bytes_to_str(m) if m else "" for m in messages]))
-        finally:
-            self.confirm_released(ids[:published])
+        except Exception as exc:
+            self.confirm_released(ids[:int(getattr(exc, "published", 0))])
+            raise
+        self.confirm_released(ids[:published])
 
     def confirm_released(self, retry_ids: list[str]) -> int:
         """Drop published retries from the schedule, except one parked again since it was
