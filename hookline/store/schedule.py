@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +37,16 @@ from hookline.store.keys import (
     RELEASING_KEY,
     SCHEDULE_KEYS,
     WAKE_KEY,
+    breaker_key,
     glob_escaped,
     schedule_endpoint_key,
 )
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
 CLAIM_LEASE = 30.0
+#: Seconds a held-back retry waits while its endpoint's half-open probe is out, before the
+#: releaser looks again (the probe usually answers well within it).
+PROBE_WAIT = 2.0
 #: After losing every retry it read to another releaser, release_due reads the next batch
 #: down the due set, up to this many batches deep, then from the head again.
 STALE_READS = 5
@@ -164,6 +169,8 @@ class RetrySchedule:
         self._release = self.redis.register_script(store.load_script("release"))
         self._unpark = self.redis.register_script(store.load_script("unpark"))
         self._confirm = self.redis.register_script(store.load_script("confirm"))
+        self._hold = self.redis.register_script(store.load_script("hold"))
+        self._defer_claimed = self.redis.register_script(store.load_script("defer_claimed"))
 
     def park(self, *, endpoint_id: str, event_id: str, countdown: float, message: str,
              last_status: int | None = None, last_error: str = "") -> float:
@@ -230,6 +237,9 @@ class RetrySchedule:
         producer). The ones published before a failure (the exception's ``published``) are
         confirmed before it is raised; the rest stay claimed until the lease ends, then are
         released again."""
+        ids, messages = self._hold_back(ids, messages)
+        if not ids:
+            return
         publish = getattr(broker, "publish_released", None)
         if publish is None:
             pipe = broker.pipeline(transaction=False)
@@ -246,6 +256,43 @@ class RetrySchedule:
             self.confirm_released(ids[:int(getattr(exc, "published", 0))])
             raise
         self.confirm_released(ids[:published])
+
+    def _hold_back(self, ids: list[str], messages: list[Any]
+                   ) -> tuple[list[str], list[Any]]:
+        """Claimed retries whose endpoint is held go back to the due set, due when it may
+        take them, instead of travelling through the broker to a worker that would only park
+        them again: an open breaker's or a Retry-After's backlog stays here until the hold
+        ends, and when a breaker's cool-down ends only one retry goes out (the probe), the
+        rest waiting for its outcome. One round trip (hold.lua per endpoint, pipelined).
+        Returns the retries to publish, in order."""
+        endpoints = list(dict.fromkeys(retry_endpoint(retry_id) for retry_id in ids))
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in endpoints:
+            self._hold(keys=[breaker_key(endpoint_id)], client=pipe)
+        holds = dict(zip(endpoints, pipe.execute(), strict=True))
+        kept: list[tuple[str, Any]] = []
+        delays: list[Any] = []
+        probing: set[str] = set()
+        for retry_id, message in zip(ids, messages, strict=True):
+            endpoint_id = retry_endpoint(retry_id)
+            why, wait_ms, probe = holds[endpoint_id]
+            why, wait = bytes_to_str(why), int(wait_ms) / 1000.0
+            if not why and bytes_to_str(probe) == "1":
+                if endpoint_id not in probing:
+                    probing.add(endpoint_id)  # the first one is the probe
+                    kept.append((retry_id, message))
+                    continue
+                why, wait = "breaker_probe", PROBE_WAIT
+            if not why:
+                kept.append((retry_id, message))
+                continue
+            delay = wait + random.uniform(0.1, min(1.0 + wait / 10, 5.0))
+            if why == "breaker_probe":
+                delay = min(wait, PROBE_WAIT) + random.uniform(0.1, 1.0)
+            delays += [retry_id, round(delay * 1000)]
+        if delays:
+            self._defer_claimed(keys=[DUE_KEY, RELEASING_KEY], args=delays)
+        return [retry_id for retry_id, _ in kept], [message for _, message in kept]
 
     def confirm_released(self, retry_ids: list[str]) -> int:
         """Drop published retries from the schedule, except one parked again since it was

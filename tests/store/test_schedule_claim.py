@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from hookline.delivery.rabbitmq import BrokerUnavailable
+from hookline.store.keys import breaker_key
 from hookline.store.schedule import DUE_KEY, RELEASING_KEY, RetrySchedule
 from tests.conftest import flushed, isolated_url
 
@@ -66,3 +67,37 @@ def test_a_publisher_failing_part_way_confirms_only_what_it_published(client):
     # The other three stay claimed (scheduled, not due, not lost) until the claim's lease ends.
     assert schedule.stats().by_endpoint == {"ep": 3}
     assert client.zcard(RELEASING_KEY) == 3
+
+
+def redis_ms(client) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_held_endpoints_claimed_retries_stay_in_the_schedule_until_the_hold_ends(client):
+    schedule = RetrySchedule(client)
+    for n in range(4):
+        park(schedule, n)
+    schedule.park(endpoint_id="free", event_id="x", countdown=0, message='{"n": "x"}')
+    client.hset(breaker_key("ep"), mapping={"state": "open",
+                                            "open_until": redis_ms(client) + 60_000})
+    broker = Publisher()
+    schedule.release_due(queue="q", broker=broker)
+    assert broker.published == ['{"n": "x"}']  # only the endpoint that is not held
+    assert client.zcard(RELEASING_KEY) == 0
+    due = [score for _, score in client.zrange(DUE_KEY, 0, -1, withscores=True)]
+    assert len(due) == 4 and min(due) >= redis_ms(client) + 59_000  # due when it may take them
+    assert schedule.stats().by_endpoint == {"ep": 4}
+
+
+def test_when_a_breakers_cool_down_ends_one_retry_goes_out_as_the_probe(client):
+    schedule = RetrySchedule(client)
+    for n in range(5):
+        park(schedule, n)
+    client.hset(breaker_key("ep"), mapping={"state": "open",
+                                            "open_until": redis_ms(client) - 1})
+    broker = Publisher()
+    schedule.release_due(queue="q", broker=broker)
+    assert len(broker.published) == 1
+    assert schedule.stats().by_endpoint == {"ep": 4}  # waiting for the probe's outcome
+    assert client.zcard(DUE_KEY) == 4
