@@ -234,3 +234,29 @@ def test_scheduled_retries_release_to_rabbitmq_without_a_worker(rabbit, receiver
         assert message.properties["correlation_id"] == "task-1"
         args, kwargs, _ = json.loads(message.body)
         assert args == ["ep-x", "t", {"a": 1}] and kwargs["event_id"] == "evt-1"
+
+
+def test_the_releaser_outlives_an_unreachable_broker_and_keeps_the_retries(
+        state_redis, caplog):
+    """No RabbitMQ answers: the releaser logs it and tries again; nothing leaves the
+    schedule, and its thread stays alive."""
+    from hookline.delivery import retries
+    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.releaser import Releaser
+
+    redis.Redis.from_url(state_redis.url).flushdb()
+    nowhere = f"pyamqp://guest:guest@127.0.0.1:{free_port()}/none"
+    config.configure({"REDIS_URL": state_redis.url, "HOOKLINE_BROKER_URL": nowhere})
+    try:
+        schedule = RetrySchedule()
+        retries.park(celery_app(), schedule, task_id="task-1", args=["ep-x", "t", {}],
+                     kwargs={"event_id": "evt-1"}, retries=1, countdown=0)
+        releaser = Releaser().start()
+        try:
+            wait_until(lambda: "broker.release_failed" in caplog.text, 30)
+            assert releaser._thread is not None and releaser._thread.is_alive()
+            assert schedule.stats().by_endpoint == {"ep-x": 1}
+        finally:
+            releaser.stop()
+    finally:
+        config.configure()
