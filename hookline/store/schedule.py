@@ -228,8 +228,8 @@ class RetrySchedule:
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
         return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
 
-    def _push_claimed(self, broker: Any, queue: str, ids: list[str],
-                      messages: list[Any]) -> None:
+    def _push_claimed(self, broker: Any, queue: str, ids: list[str], messages: list[Any],
+                      *, due: str = DUE_KEY, releasing: str = RELEASING_KEY) -> None:
         """Publish claimed retries onto ``queue``, then confirm them (confirm.lua). ``broker``
         is a Redis client (its list, and the doorbell) or anything with
         ``publish_released(queue, messages)`` that publishes them in order and returns how
@@ -237,7 +237,7 @@ class RetrySchedule:
         producer). The ones published before a failure (the exception's ``published``) are
         confirmed before it is raised; the rest stay claimed until the lease ends, then are
         released again."""
-        ids, messages = self._hold_back(ids, messages)
+        ids, messages = self._hold_back(ids, messages, due=due, releasing=releasing)
         if not ids:
             return
         publish = getattr(broker, "publish_released", None)
@@ -248,17 +248,17 @@ class RetrySchedule:
                     pipe.lpush(queue, message)
             ring(pipe)
             pipe.execute()
-            self.confirm_released(ids)
+            self.confirm_claimed(ids)
             return
         try:
             published = int(publish(queue, [bytes_to_str(m) if m else "" for m in messages]))
         except Exception as exc:
-            self.confirm_released(ids[:int(getattr(exc, "published", 0))])
+            self.confirm_claimed(ids[:int(getattr(exc, "published", 0))])
             raise
-        self.confirm_released(ids[:published])
+        self.confirm_claimed(ids[:published])
 
-    def _hold_back(self, ids: list[str], messages: list[Any]
-                   ) -> tuple[list[str], list[Any]]:
+    def _hold_back(self, ids: list[str], messages: list[Any], *, due: str = DUE_KEY,
+                   releasing: str = RELEASING_KEY) -> tuple[list[str], list[Any]]:
         """Claimed retries whose endpoint is held go back to the due set, due when it may
         take them, instead of travelling through the broker to a worker that would only park
         them again: an open breaker's or a Retry-After's backlog stays here until the hold
@@ -291,12 +291,13 @@ class RetrySchedule:
                 delay = min(wait, PROBE_WAIT) + random.uniform(0.1, 1.0)
             delays += [retry_id, round(delay * 1000)]
         if delays:
-            self._defer_claimed(keys=[DUE_KEY, RELEASING_KEY], args=delays)
+            self._defer_claimed(keys=[due, releasing], args=delays)
         return [retry_id for retry_id, _ in kept], [message for _, message in kept]
 
-    def confirm_released(self, retry_ids: list[str]) -> int:
-        """Drop published retries from the schedule, except one parked again since it was
-        claimed (its delivery ran already); returns how many left the schedule."""
+    def confirm_claimed(self, retry_ids: list[str]) -> int:
+        """Take claimed retries, pushed to the broker, out of the schedule; one parked again
+        since it was claimed (its message taken and deferred already) stays. Returns how
+        many left."""
         if not retry_ids:
             return 0
         return int(self._confirm(keys=[*SCHEDULE_KEYS, RELEASING_KEY,
