@@ -294,15 +294,6 @@ class RetrySchedule:
             self._defer_claimed(keys=[due, releasing], args=delays)
         return [retry_id for retry_id, _ in kept], [message for _, message in kept]
 
-    def confirm_claimed(self, retry_ids: list[str]) -> int:
-        """Take claimed retries, pushed to the broker, out of the schedule; one parked again
-        since it was claimed (its message taken and deferred already) stays. Returns how
-        many left."""
-        if not retry_ids:
-            return 0
-        return int(self._confirm(keys=[*SCHEDULE_KEYS, RELEASING_KEY,
-                                       *map(index_key, retry_ids)], args=retry_ids))
-
     def wait_for_wake(self, timeout: float) -> None:
         """Block until a retry due sooner than all others is parked, or ``timeout`` passes."""
         if timeout <= 0:
@@ -381,6 +372,15 @@ class RetrySchedule:
             return 0
         return int(self._unpark(keys=[*SCHEDULE_KEYS, RELEASING_KEY, *map(index_key, retry_ids)],
                                 args=retry_ids))
+
+    def confirm_claimed(self, retry_ids: list[str]) -> int:
+        """Take claimed retries, pushed to the broker, out of the schedule; one parked again
+        since it was claimed (its message taken and deferred already) stays. Returns how
+        many left."""
+        if not retry_ids:
+            return 0
+        return int(self._confirm(keys=[*SCHEDULE_KEYS, RELEASING_KEY,
+                                       *map(index_key, retry_ids)], args=retry_ids))
 
 
 def _pages(ids: Iterator[str]) -> Iterator[list[str]]:
