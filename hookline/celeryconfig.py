@@ -14,12 +14,24 @@ from typing import Any
 from kombu import Exchange, Queue
 
 from hookline import compat
-from hookline.core.config import Settings, settings
+from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 
 
-def broker_settings(config: Settings) -> dict[str, Any]:
-    """The Celery settings that follow Hookline's: the broker, its transport and options."""
+def hookline_queues(config: Settings) -> tuple[Queue, ...]:
+    """The delivery and retry queues. On RabbitMQ both are quorum queues (replicated and
+    durable: a message survives the loss of a node). Celery then turns global QoS off, which
+    quorum queues do not support (``worker_detect_quorum_queues``, on by default): the
+    prefetch limit applies per consumer. Publishers and workers must declare them alike, so
+    this follows the broker URL in both (``broker_settings``)."""
+    arguments = {"x-queue-type": "quorum"} if broker_is_amqp(config.broker_url) else None
+    return tuple(Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
+                 for name in (DELIVERY_QUEUE, RETRY_QUEUE))
+
+
+def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[str, Any]:
+    """The Celery settings that follow Hookline's: the broker, its transport and options.
+    ``confirm_publish``: RabbitMQ publisher confirms (the publishing app's, see below)."""
     options = {
         "visibility_timeout": config.visibility_timeout,
         # Look for unacknowledged messages of dead workers every tenth of the timeout (kombu's
@@ -38,7 +50,23 @@ def broker_settings(config: Settings) -> dict[str, Any]:
         "broker_read_url": config.broker_url,
         "broker_write_url": config.broker_url,
         "broker_transport_options": options,
+        "task_queues": hookline_queues(config),
+        "task_default_queue_type": "quorum" if broker_is_amqp(config.broker_url) else "classic",
     }
+    if broker_is_amqp(config.broker_url):
+        # RabbitMQ: publisher confirms, so a publish (send_webhook, a released retry: both
+        # through the publishing app, hookline.delivery.publisher) returns only once the
+        # broker has the message. The Redis options above mean nothing here.
+        values["broker_transport_options"] = {"confirm_publish": confirm_publish}
+        values["broker_transport"] = None  # kombu's py-amqp transport, from the URL's scheme
+        # No AMQP heartbeats: with them Celery registers the task-event connection with the
+        # worker's event loop (celery/worker/consumer/events.py), and under the threads pool
+        # the loop then reads the reply a pool thread publishing events waits for (its first
+        # exchange.declare, every confirm): the thread blocks for good holding the dispatcher's
+        # lock, and the worker stops (seen here within seconds of a burst). Dead connections
+        # are found by TCP keepalive instead (py-amqp turns it on: ~2.5 min).
+        values["broker_heartbeat"] = 0
+        return values
     if config.broker_url.startswith(("redis://", "rediss://", "unix://")):
         unsupported = compat.problems(versions_only=True)
         if unsupported:
@@ -52,12 +80,17 @@ def broker_settings(config: Settings) -> dict[str, Any]:
     return values
 
 
-_broker = broker_settings(settings())
+# The worker's own app publishes only task events (Flower's): they need no publisher confirm,
+# and waiting for one from a pool thread is what the heartbeat note above is about. The
+# publishing app (deliveries, released retries: hookline.delivery.publisher) has them.
+_broker = broker_settings(settings(), confirm_publish=False)
 
 # The broker is the same Redis as Hookline's state unless HOOKLINE_BROKER_URL says otherwise.
 broker_url = _broker["broker_url"]
 broker_read_url = _broker["broker_read_url"]
 broker_write_url = _broker["broker_write_url"]
+if "broker_heartbeat" in _broker:
+    broker_heartbeat = _broker["broker_heartbeat"]
 # Results are not stored: the outcome of a delivery lives in Redis (done marker, dead-letter
 # queue), and a result backend would only add a write per task.
 result_backend = None
@@ -117,11 +150,10 @@ worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "64"))
 
 # Two queues: first deliveries and retries. `celery -A app worker` with no -Q consumes both.
 task_default_queue = DELIVERY_QUEUE
-# Each queue has its own exchange and routing key, so a message lands in exactly one of them.
-task_queues = (
-    Queue(DELIVERY_QUEUE, Exchange(DELIVERY_QUEUE), routing_key=DELIVERY_QUEUE),
-    Queue(RETRY_QUEUE, Exchange(RETRY_QUEUE), routing_key=RETRY_QUEUE),
-)
+# Each queue has its own exchange and routing key, so a message lands in exactly one of them;
+# on RabbitMQ they are quorum queues (hookline_queues).
+task_default_queue_type = _broker["task_default_queue_type"]
+task_queues = _broker["task_queues"]
 task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE}}
 
 # Task events for Flower: names and arguments (endpoint id, event type, event id: never a URL

@@ -34,8 +34,9 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from hookline.core import metrics
-from hookline.core.config import settings
+from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.metrics import BREAKER_STATES, QUEUES
+from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
@@ -63,9 +64,7 @@ class RedisStateCollector(Collector):
                 self._redis = store.client()
             if self._broker is None:
                 config = settings()
-                self._broker = (self._redis if config.broker_url == config.redis_url else
-                                store.redis_for(config.broker_url, decode_responses=False,
-                                                socket_timeout=5, socket_connect_timeout=5))
+                self._broker = broker_client_for(config, self._redis)
             return self._redis, self._broker
 
     def collect(self) -> Iterator[Metric]:
@@ -94,15 +93,12 @@ class RedisStateCollector(Collector):
             pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until")
         breakers = pipe.execute() if endpoint_ids else []
         seconds, micros = client.time()
-        depths = broker.pipeline(transaction=False)
-        for queue in QUEUES:
-            depths.llen(queue)
-        lengths = depths.execute()
+        lengths = queue_lengths(broker)
         now_ms = int(seconds) * 1000 + int(micros) / 1000
 
         yield _gauge("hookline_queue_depth", "Messages waiting in a Celery queue: hookline "
                      "(first deliveries) or hookline.retry (released retries).", "queue",
-                     zip(QUEUES, lengths, strict=True))
+                     zip(QUEUES, lengths or (), strict=bool(lengths)))
         yield _gauge("hookline_scheduled_retries",
                      "Retries waiting in the durable retry schedule.", None,
                      [("", scheduled.total)])
@@ -132,6 +128,34 @@ class RedisStateCollector(Collector):
                      "endpoint", ((endpoint_id, max(0.0, (float(until or 0) - now_ms) / 1000))
                                   for endpoint_id, (_, until) in zip(endpoint_ids, breakers,
                                                                      strict=True)))
+
+
+def broker_client_for(config: Settings, state: Any) -> Any:
+    """What the queue depths are read from: Hookline's Redis client ``state`` when the broker
+    is that Redis, a client for a Redis broker elsewhere, or a :class:`RabbitBroker`."""
+    if broker_is_amqp(config.broker_url):
+        return RabbitBroker()
+    if config.broker_url == config.redis_url:
+        return state
+    return store.redis_for(config.broker_url, decode_responses=False, socket_timeout=5,
+                           socket_connect_timeout=5)
+
+
+def queue_lengths(broker: Any) -> list[int] | None:
+    """Messages waiting in each of ``QUEUES``: LLEN on a Redis broker, a passive declare on
+    RabbitMQ. None when RabbitMQ does not answer: the depths are left out of the scrape
+    (logged), the gauges read from Redis are still given."""
+    if isinstance(broker, RabbitBroker):
+        try:
+            found = broker.depths(QUEUES)
+        except BrokerUnavailable as exc:
+            log.warning("metrics.broker_unavailable error=%s", exc)
+            return None
+        return [found[queue] for queue in QUEUES]
+    depths = broker.pipeline(transaction=False)
+    for queue in QUEUES:
+        depths.llen(queue)
+    return [int(length) for length in depths.execute()]
 
 
 def _gauge(name: str, documentation: str, label: str | None,

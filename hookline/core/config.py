@@ -36,6 +36,26 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 #: masters each hold some of every global structure.
 CLUSTER_SHARDS = 16
 
+#: Broker URL schemes whose broker is a Redis (kombu's Redis transports; ``sentinel``: one
+#: managed by Redis Sentinel).
+REDIS_BROKER_SCHEMES = ("redis", "rediss", "unix", "sentinel")
+#: Broker URL schemes whose broker is RabbitMQ (kombu's py-amqp transport; ``amqps``: TLS).
+AMQP_BROKER_SCHEMES = ("amqp", "pyamqp", "amqps")
+#: Every broker Hookline supports (``HOOKLINE_BROKER_URL``); anything else is refused at
+#: start-up: the releaser, the queue depths and the consume guarantees exist only for these.
+SUPPORTED_BROKER_SCHEMES = REDIS_BROKER_SCHEMES + AMQP_BROKER_SCHEMES
+
+
+def broker_scheme(url: str) -> str:
+    """The scheme of a broker URL, lower-cased ("" when it has none)."""
+    scheme, separator, _ = url.partition("://")
+    return scheme.strip().lower() if separator else ""
+
+
+def broker_is_amqp(url: str) -> bool:
+    """Whether the broker URL names RabbitMQ (AMQP) rather than a Redis."""
+    return broker_scheme(url) in AMQP_BROKER_SCHEMES
+
 
 class ConfigError(HooklineError, ValueError):
     """An environment variable holds a value Hookline cannot use; the message names it."""
@@ -238,6 +258,24 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
+    """``HOOKLINE_BROKER_URL`` (default: Hookline's Redis, whose URL is checked as such),
+    refused unless its scheme is one of :data:`SUPPORTED_BROKER_SCHEMES` (the password never
+    appears in the message)."""
+    url = (env.get("HOOKLINE_BROKER_URL") or "").strip()
+    if not url:
+        return redis_url
+    scheme = broker_scheme(url)
+    # A Redis Cluster URL is refused by _cluster_checked, which says why.
+    if scheme not in SUPPORTED_BROKER_SCHEMES and not url.startswith(CLUSTER_SCHEMES):
+        raise ConfigError(
+            f"HOOKLINE_BROKER_URL={redact.url(url)!r} (scheme {scheme or 'missing'!r}): "
+            "Hookline does not support this broker; supported broker URL schemes: "
+            f"{', '.join(s + '://' for s in SUPPORTED_BROKER_SCHEMES)} (Redis, Redis "
+            "Sentinel, RabbitMQ)")
+    return url
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming the bad variable."""
     env = os.environ if env is None else env
@@ -254,7 +292,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
     settings = Settings(
         redis_url=redis_url,
-        broker_url=env.get("HOOKLINE_BROKER_URL") or redis_url,
+        broker_url=_broker_url(env, redis_url),
         visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0,
                                    maximum=WEEK),
         retry_policy=_retry_policy(env),

@@ -82,6 +82,16 @@ class Deferred:
     countdown: float
     reason: str
     request: DeliveryRequest
+    #: Seconds the endpoint itself is held (breaker open, its probe out, a Retry-After
+    #: block): every event for it would be deferred as long. 0 when the deferral concerns
+    #: this event only (in flight elsewhere, its rate slot).
+    hold: float = 0.0
+
+
+#: Deferral reasons that hold the whole endpoint, not one event.
+ENDPOINT_HOLDS = frozenset({"breaker_open", "breaker_probe", "blocked"})
+#: Longest a half-open breaker's probe is taken to hold the endpoint before looking again.
+PROBE_LOOK = 2.0
 
 
 def settle_outcome(result: AttemptResult, outcome: Outcome) -> str:
@@ -98,13 +108,19 @@ def deferral_countdown(admission: Admission, rng: random.Random | None = None) -
     """How long a deferred event waits: exactly to its booked slot when rate-limited; with a
     little jitter otherwise, so the events an open breaker or a block held back do not all
     come back in the same millisecond."""
-    uniform = (rng or random).uniform
     if admission.detail == "rate_limited":
         return admission.wait
-    if admission.detail == "breaker_probe":
+    return hold_countdown(admission.detail, admission.wait, rng)
+
+
+def hold_countdown(reason: str, wait: float, rng: random.Random | None = None) -> float:
+    """How long an event for an endpoint held for ``wait`` more seconds waits (``reason``:
+    breaker_open, breaker_probe or blocked), with jitter."""
+    uniform = (rng or random).uniform
+    if reason == "breaker_probe":
         # The probe usually answers in well under its lease: look again soon.
-        return min(admission.wait, 2.0) + uniform(0.1, 1.0)
-    return admission.wait + uniform(0.0, min(1.0 + admission.wait / 10, 5.0))
+        return min(wait, PROBE_LOOK) + uniform(0.1, 1.0)
+    return wait + uniform(0.0, min(1.0 + wait / 10, 5.0))
 
 
 def _dead_letter_gone(endpoint_id: str) -> None:
@@ -180,8 +196,13 @@ class DeliveryEngine:
                 return self._defer(request, "in_flight",
                                    admission.wait + self._rng.uniform(0.05, 0.5))
             case Verdict.DEFERRED:
+                hold = 0.0
+                if admission.detail in ENDPOINT_HOLDS:
+                    hold = (min(admission.wait, PROBE_LOOK)
+                            if admission.detail == "breaker_probe" else admission.wait)
                 return self._defer(replace(request, rate_slot=admission.rate_slot),
-                                   admission.detail, deferral_countdown(admission, self._rng))
+                                   admission.detail, deferral_countdown(admission, self._rng),
+                                   hold)
         assert admission.endpoint is not None
         if admission.transition:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
@@ -189,12 +210,13 @@ class DeliveryEngine:
         return self._send(admission.endpoint, request, token, now, digest)
 
     @staticmethod
-    def _defer(request: DeliveryRequest, reason: str, countdown: float) -> Deferred:
+    def _defer(request: DeliveryRequest, reason: str, countdown: float,
+               hold: float = 0.0) -> Deferred:
         log_event("delivery.deferred", endpoint_id=request.endpoint_id,
                   event_id=request.event_id, reason=reason, attempt=request.attempts,
                   countdown=countdown)
         metrics.count_deferral(request.endpoint_id, reason)
-        return Deferred(countdown, reason, request)
+        return Deferred(countdown, reason, request, hold)
 
     def _send(
         self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float,

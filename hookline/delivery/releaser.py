@@ -5,14 +5,41 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import redis
+from kombu.exceptions import KombuError
 
-from hookline.core.config import settings
+from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE
+from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
 from hookline.store.connection import redis_for
 from hookline.store.schedule import RetrySchedule
+
+#: Seconds a releaser waits after Redis or the broker failed before it looks again.
+FAILURE_PAUSE = 1.0
+
+
+def broker_target(config: Settings) -> Any:
+    """Where released retries go: None when the broker is Hookline's own Redis (release.lua
+    pushes them itself), a Redis client for a Redis broker elsewhere, or a
+    :class:`RabbitBroker` for RabbitMQ."""
+    if broker_is_amqp(config.broker_url):
+        return RabbitBroker()
+    if config.broker_url != config.redis_url:
+        return redis_for(config.broker_url, decode_responses=False)
+    return None
+
+
+def retry_queue_room(broker: Any, queue: str, limit: int) -> int:
+    """How many more released retries the retry queue of a separate broker takes
+    (``HOOKLINE_RETRY_QUEUE_LIMIT``), so first deliveries keep their share there too."""
+    if isinstance(broker, RabbitBroker):
+        depth = broker.depths([queue])[queue]
+    else:
+        depth = int(broker.llen(queue))
+    return max(0, limit - depth)
 
 
 class Releaser:
@@ -39,18 +66,28 @@ class Releaser:
         config = settings()
         schedule = RetrySchedule()
         broker = None
-        if config.broker_url != config.redis_url:
-            broker = redis_for(config.broker_url, decode_responses=False)
         while not self._stop.is_set():
             try:
-                released, next_due = schedule.release_due(batch=self.batch, queue=self.queue,
+                if broker is None:
+                    broker = broker_target(config)
+                batch = self.batch
+                if broker is not None:
+                    batch = min(batch, retry_queue_room(broker, self.queue,
+                                                        config.retry_queue_limit))
+                released, next_due = schedule.release_due(batch=batch, queue=self.queue,
                                                           broker=broker)
             except redis.RedisError as exc:
-                log_event("schedule.release_failed", level=logging.WARNING,
-                          error=type(exc).__name__)
-                self._stop.wait(1.0)
+                self._failed("schedule.release_failed", exc)
                 continue
-            if released >= self.batch:
+            except (BrokerUnavailable, KombuError, OSError) as exc:
+                self._failed("broker.release_failed", exc)
+                continue
+            except Exception as exc:  # the thread must outlive any one failure
+                log_event("schedule.release_error", level=logging.ERROR,
+                          error=type(exc).__name__, detail=str(exc)[:200])
+                self._stop.wait(FAILURE_PAUSE)
+                continue
+            if batch and released >= batch:
                 continue  # more are due: no sleep
             if next_due is None:
                 wait = config.releaser_max_sleep
@@ -61,4 +98,10 @@ class Releaser:
             try:
                 schedule.wait_for_wake(wait)
             except redis.RedisError:
-                self._stop.wait(1.0)
+                self._stop.wait(FAILURE_PAUSE)
+
+    def _failed(self, name: str, exc: BaseException) -> None:
+        """Redis or the broker failed: logged, and tried again after a pause (claimed retries
+        not confirmed are released again when their claim ends)."""
+        log_event(name, level=logging.WARNING, error=type(exc).__name__)
+        self._stop.wait(FAILURE_PAUSE)

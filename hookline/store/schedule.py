@@ -21,6 +21,7 @@ import base64
 import itertools
 import json
 import math
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
     SCHEDULE_KEYS,
     WAKE_KEY,
     ScheduleKeys,
+    breaker_key,
     endpoint_shard,
     glob_escaped,
     schedule_endpoint_key,
@@ -52,6 +54,9 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
 CLAIM_LEASE = 30.0
+#: Seconds a held-back retry waits while its endpoint's half-open probe is out, before the
+#: releaser looks again (the probe usually answers well within it).
+PROBE_WAIT = 2.0
 #: After losing every retry it read to another releaser, release_due reads the next batch
 #: down the due set, up to this many batches deep, then from the head again.
 STALE_READS = 5
@@ -184,6 +189,8 @@ class RetrySchedule:
         self._unpark = self.redis.register_script(store.load_script("unpark"))
         self._confirm = self.redis.register_script(store.load_script("confirm"))
         self._woken = itertools.cycle(range(len(self.shards)))
+        self._hold = self.redis.register_script(store.load_script("hold"))
+        self._defer_claimed = self.redis.register_script(store.load_script("defer_claimed"))
 
     def shard_of(self, endpoint_id: str) -> ScheduleKeys:
         """The keys of the shard holding ``endpoint_id``'s retries."""
@@ -260,20 +267,77 @@ class RetrySchedule:
         ``broker`` and confirmed (confirm.lua: one parked again meanwhile stays)."""
         reply = self._release(keys=[*shard.shared, shard.releasing],
                               args=[batch, round(CLAIM_LEASE * 1000), "claim"])
-        ids, messages = reply[3::2], reply[4::2]
+        ids = [bytes_to_str(retry_id) for retry_id in reply[3::2]]
         if ids:
-            self._push_claimed(broker, queue, messages)
-            self.confirm_claimed([bytes_to_str(retry_id) for retry_id in ids])
+            self._push_claimed(broker, queue, ids, reply[4::2], due=shard.due,
+                               releasing=shard.releasing)
         return _released(reply)
 
-    def _push_claimed(self, broker: Any, queue: str, messages: list[Any]) -> None:
-        """Publish claimed retries' messages onto ``queue`` in ``broker``."""
-        pipe = broker.pipeline(transaction=False)
-        for message in messages:
-            if message:
-                pipe.lpush(queue, message)
-        ring(pipe)
-        pipe.execute()
+    def _push_claimed(self, broker: Any, queue: str, ids: list[str], messages: list[Any],
+                      *, due: str = DUE_KEY, releasing: str = RELEASING_KEY) -> None:
+        """Publish claimed retries onto ``queue``, then confirm them (confirm.lua). ``broker``
+        is a Redis client (its list, and the doorbell) or anything with
+        ``publish_released(queue, messages)`` that publishes them in order and returns how
+        many it published (``hookline.delivery.rabbitmq``: RabbitMQ through Celery's
+        producer). The ones published before a failure (the exception's ``published``) are
+        confirmed before it is raised; the rest stay claimed until the lease ends, then are
+        released again."""
+        ids, messages = self._hold_back(ids, messages, due=due, releasing=releasing)
+        if not ids:
+            return
+        publish = getattr(broker, "publish_released", None)
+        if publish is None:
+            pipe = broker.pipeline(transaction=False)
+            for message in messages:
+                if message:
+                    pipe.lpush(queue, message)
+            ring(pipe)
+            pipe.execute()
+            self.confirm_claimed(ids)
+            return
+        try:
+            published = int(publish(queue, [bytes_to_str(m) if m else "" for m in messages]))
+        except Exception as exc:
+            self.confirm_claimed(ids[:int(getattr(exc, "published", 0))])
+            raise
+        self.confirm_claimed(ids[:published])
+
+    def _hold_back(self, ids: list[str], messages: list[Any], *, due: str = DUE_KEY,
+                   releasing: str = RELEASING_KEY) -> tuple[list[str], list[Any]]:
+        """Claimed retries whose endpoint is held go back to the due set, due when it may
+        take them, instead of travelling through the broker to a worker that would only park
+        them again: an open breaker's or a Retry-After's backlog stays here until the hold
+        ends, and when a breaker's cool-down ends only one retry goes out (the probe), the
+        rest waiting for its outcome. One round trip (hold.lua per endpoint, pipelined).
+        Returns the retries to publish, in order."""
+        endpoints = list(dict.fromkeys(retry_endpoint(retry_id) for retry_id in ids))
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in endpoints:
+            self._hold(keys=[breaker_key(endpoint_id)], client=pipe)
+        holds = dict(zip(endpoints, pipe.execute(), strict=True))
+        kept: list[tuple[str, Any]] = []
+        delays: list[Any] = []
+        probing: set[str] = set()
+        for retry_id, message in zip(ids, messages, strict=True):
+            endpoint_id = retry_endpoint(retry_id)
+            why, wait_ms, probe = holds[endpoint_id]
+            why, wait = bytes_to_str(why), int(wait_ms) / 1000.0
+            if not why and bytes_to_str(probe) == "1":
+                if endpoint_id not in probing:
+                    probing.add(endpoint_id)  # the first one is the probe
+                    kept.append((retry_id, message))
+                    continue
+                why, wait = "breaker_probe", PROBE_WAIT
+            if not why:
+                kept.append((retry_id, message))
+                continue
+            delay = wait + random.uniform(0.1, min(1.0 + wait / 10, 5.0))
+            if why == "breaker_probe":
+                delay = min(wait, PROBE_WAIT) + random.uniform(0.1, 1.0)
+            delays += [retry_id, round(delay * 1000)]
+        if delays:
+            self._defer_claimed(keys=[due, releasing], args=delays)
+        return [retry_id for retry_id, _ in kept], [message for _, message in kept]
 
     def wait_for_wake(self, timeout: float) -> None:
         """Block until a retry due sooner than all others is parked, or ``timeout`` passes.

@@ -31,6 +31,13 @@ class HooklineConsumer(Consumer):
 
     _events_flush_pending = False
 
+    class Blueprint(Consumer.Blueprint):
+        # Without Celery's native delayed delivery (5.5+), which a worker on RabbitMQ with
+        # quorum queues would set up: 28 exchanges and quorum queues per vhost for countdown
+        # and ETA tasks, which Hookline never publishes (a retry waits in its schedule).
+        default_steps = [step for step in Consumer.Blueprint.default_steps
+                         if not step.endswith(":DelayedDelivery")]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         broker.on_parked = self._announce_parked

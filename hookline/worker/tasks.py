@@ -25,10 +25,18 @@ from hookline.core.event import (
     validate_event,
 )
 from hookline.core.identity import publish_time
+from hookline.core.logs import log_event
 from hookline.core.messages import TASK_NAME
-from hookline.delivery.engine import Deferred, DeliveryEngine, DeliveryRequest, RetryDue
+from hookline.delivery.engine import (
+    Deferred,
+    DeliveryEngine,
+    DeliveryRequest,
+    RetryDue,
+    hold_countdown,
+)
 from hookline.delivery.retries import dead_letter_unexpected
 from hookline.worker.celery import app
+from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask
 
 
@@ -69,10 +77,14 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
                                self.request.id, "malformed", exc)
         return {"outcome": "dead_lettered", "reason": "malformed"}
+    held = HELD.held(endpoint_id)
+    if held is not None and request.deadline is None:
+        return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
         DeliveryTask.engine = DeliveryEngine()
     result = DeliveryTask.engine.attempt(request, token=uuid.uuid4().hex)
     if isinstance(result, Deferred):  # not an attempt: the count stays
+        HELD.remember(endpoint_id, result)
         self.park_next(result.request, result.countdown)
         return {"outcome": "deferred", "reason": result.reason, "countdown": result.countdown}
     if isinstance(result, RetryDue):
@@ -82,6 +94,19 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         return {"outcome": "retry_scheduled", "countdown": result.countdown,
                 "status": result.status}
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
+
+
+def _park_held(task: DeliveryTask, request: DeliveryRequest, reason: str,
+               left: float) -> dict[str, Any]:
+    """The cheap deferral (``hookline.worker.held``): the gate said a moment ago that this
+    endpoint is held for ``left`` more seconds, so the delivery is parked until then without
+    asking it again (one round trip, no attempt, no retry used)."""
+    countdown = hold_countdown(reason, left)
+    log_event("delivery.deferred", endpoint_id=request.endpoint_id, event_id=request.event_id,
+              reason=reason, attempt=request.attempts, countdown=countdown, by="worker")
+    metrics.count_deferral(request.endpoint_id, reason)
+    task.park_next(request, countdown)
+    return {"outcome": "deferred", "reason": reason, "countdown": countdown}
 
 
 @task_failure.connect(sender=deliver)

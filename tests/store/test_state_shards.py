@@ -161,12 +161,13 @@ class ReparkedWhilePushing(RetrySchedule):
     """A worker takes a claimed retry off the broker and parks it again (deferred: the
     breaker is still open) before the releaser confirms the claim."""
 
-    def _push_claimed(self, broker, queue, messages):
-        super()._push_claimed(broker, queue, messages)
-        for message in messages:
-            retry_id = decode_task(message)[0]
+    def confirm_claimed(self, retry_ids):
+        # Called once the claimed retries are on the broker, before their claims are
+        # confirmed: the moment a worker can take one and park it again.
+        for retry_id in retry_ids:
             endpoint_id, event_id = retry_id.split("/")
             park(self, endpoint_id, event_id, countdown=30)
+        return super().confirm_claimed(retry_ids)
 
 
 @pytest.mark.parametrize("shards", [1, SHARDS])

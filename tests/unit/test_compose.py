@@ -508,3 +508,67 @@ def test_docker_compose_v1_validates_the_services_and_requires_the_secrets(tmp_p
                           _compose_env(**{k: v for k, v in SECRETS.items() if k != secret}))
         assert missing.returncode != 0, secret
         assert f"set {secret}" in missing.stderr, missing.stderr
+
+
+# -- the RabbitMQ variant: docker-compose.rabbitmq.yml, an override of the file above ----------
+
+RABBITMQ_FILE = ROOT / "docker-compose.rabbitmq.yml"
+#: The services that publish or consume deliveries, or read the queues: they need the broker.
+BROKER_USERS = ("worker", "flower", "exporter", "web")
+
+
+@pytest.fixture(scope="module")
+def rabbit_override() -> dict[str, Any]:
+    return yaml.safe_load(RABBITMQ_FILE.read_text())
+
+
+def test_the_rabbitmq_override_names_only_services_of_the_base_file_and_its_own(
+        rabbit_override, services) -> None:
+    added = set(rabbit_override["services"]) - set(services)
+    assert added == {"rabbitmq"}
+    assert set(BROKER_USERS) <= set(rabbit_override["services"])
+    assert "rabbitmq-data" in rabbit_override["volumes"]
+
+
+def test_the_rabbitmq_override_points_every_broker_user_at_rabbitmq(rabbit_override) -> None:
+    for name in BROKER_USERS:
+        service = rabbit_override["services"][name]
+        url = environment(service)["HOOKLINE_BROKER_URL"]
+        assert url.startswith("pyamqp://hookline:") and url.endswith("@rabbitmq:5672/hookline")
+        assert service["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+        assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_rabbitmq_requires_a_password_persists_and_has_a_healthcheck(rabbit_override) -> None:
+    rabbit = rabbit_override["services"]["rabbitmq"]
+    env = environment(rabbit)
+    assert env["RABBITMQ_DEFAULT_PASS"].startswith("${RABBITMQ_PASSWORD:?")
+    assert env["RABBITMQ_DEFAULT_VHOST"] == "hookline"
+    assert "guest" not in env.values()
+    assert any(str(volume).startswith("rabbitmq-data:/var/lib/rabbitmq")
+               for volume in rabbit["volumes"])
+    assert "rabbitmq-diagnostics" in argv(rabbit["healthcheck"]["test"])
+    assert "ports" not in rabbit
+
+
+def test_the_rabbitmq_broker_url_passes_hooklines_settings_check(rabbit_override) -> None:
+    from hookline.core.config import broker_is_amqp, load_settings
+
+    url = environment(rabbit_override["services"]["worker"])["HOOKLINE_BROKER_URL"]
+    url = re.sub(r"\$\{RABBITMQ_PASSWORD:\?[^}]*\}", "0123abcd", url)
+    config = load_settings({"REDIS_URL": "redis://:pw@redis:6379/0",
+                            "HOOKLINE_BROKER_URL": url})
+    assert broker_is_amqp(config.broker_url)
+
+
+def test_docker_compose_config_accepts_the_rabbitmq_override(tmp_path) -> None:
+    if shutil.which("docker") is None or subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, check=False).returncode:
+        pytest.skip("the docker CLI's Compose plugin is not installed (`docker compose "
+                    "version` fails); the file checks above still run")
+    env = {**os.environ, "REDIS_PASSWORD": "x" * 8, "FLOWER_BASIC_AUTH": "a:b",
+           "RABBITMQ_PASSWORD": "y" * 8}
+    result = subprocess.run(["docker", "compose", "-f", str(COMPOSE_FILE), "-f",
+                             str(RABBITMQ_FILE), "config", "--quiet"], env=env,
+                            capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr

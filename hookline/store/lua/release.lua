@@ -55,11 +55,12 @@ if mode == 'push' then
     redis.call('XADD', KEYS[6], 'MAXLEN', 1, '*', 'n', '1')
   end
 else
-  -- A releaser that claimed retries and died before confirming: they are due again.
+  -- A releaser that claimed retries and died before confirming: they are due again (NX: one
+  -- parked again meanwhile keeps its new due time).
   local expired = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now)
   for _, id in ipairs(expired) do
     redis.call('ZREM', KEYS[5], id)
-    redis.call('ZADD', KEYS[1], now, id)
+    redis.call('ZADD', KEYS[1], 'NX', now, id)
   end
   if room > 0 then
     local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, room)
