@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from kombu.serialization import dumps as serialize
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps as json_dumps
@@ -311,10 +312,15 @@ class RetrySchedule:
         rest waiting for its outcome. One round trip (hold.lua per endpoint, pipelined).
         Returns the retries to publish, in order."""
         endpoints = list(dict.fromkeys(retry_endpoint(retry_id) for retry_id in ids))
-        pipe = self.redis.pipeline(transaction=False)
-        for endpoint_id in endpoints:
-            self._hold(keys=[breaker_key(endpoint_id)], client=pipe)
-        holds = dict(zip(endpoints, pipe.execute(), strict=True))
+        if isinstance(self.redis, redis.cluster.RedisCluster):
+            # redis-py's cluster pipeline refuses scripts: one call per endpoint.
+            replies = [self._hold(keys=[breaker_key(endpoint_id)]) for endpoint_id in endpoints]
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            for endpoint_id in endpoints:
+                self._hold(keys=[breaker_key(endpoint_id)], client=pipe)
+            replies = pipe.execute()
+        holds = dict(zip(endpoints, replies, strict=True))
         kept: list[tuple[str, Any]] = []
         delays: list[Any] = []
         probing: set[str] = set()
