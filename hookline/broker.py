@@ -327,3 +327,42 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+
+# -- Redis Sentinel ----------------------------------------------------------------------------
+
+from hookline.store.replication import wait_command, wait_for_replicas  # noqa: E402
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """Hookline's channel on a Redis master that Redis Sentinel finds (``sentinel://``).
+
+    Everything Hookline adds (the consume script, the doorbell, parking held deliveries, the
+    shared client) comes from :class:`Channel`; the connection pools come from kombu's
+    ``SentinelChannel`` (``_get_pool``): each new connection asks the Sentinels where the
+    master is (``master_name``, ``sentinel_kwargs`` from the transport options), so after a
+    failover the consuming and publishing connections, dropped by the demoted master,
+    reconnect to the new one. A message taken by consume.lua is in the unacked hash in the
+    same step there too, so kombu's restore sweep brings back what a worker held.
+
+    Publishing waits for ``HOOKLINE_REDIS_WAIT_REPLICAS`` replicas (Redis ``WAIT``, see
+    ``hookline/store/replication.py``), so that a published event survives a failover."""
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        publish_batch = kwargs.get("_publish_batch")
+        super()._put(queue, message, **kwargs)
+        if publish_batch is not None:
+            # kombu 5.7's batched publish: the WAIT joins the batch's pipeline, on the
+            # connection that sends its pushes.
+            command = wait_command()
+            if command is not None:
+                publish_batch.add("execute_command", *command)
+            return
+        with self.conn_or_acquire() as client:
+            wait_for_replicas(client)
+
+
+class SentinelTransport(Transport, kombu_redis.SentinelTransport):
+    """Selected in celeryconfig for a ``sentinel://`` broker URL."""
+
+    Channel = SentinelChannel

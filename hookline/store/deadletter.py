@@ -35,6 +35,7 @@ from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store import connection as store
 from hookline.store.keys import DLQ_INDEX_KEY, DLQ_KEY, DLQ_REASON_KEY
+from hookline.store.replication import wait_for_replicas
 
 log = logging.getLogger("hookline.deadletter")
 
@@ -174,6 +175,7 @@ class DeadLetterQueue:
             raise ValueError(f"unknown dead-letter reason {entry.reason!r}")
         try:
             self._write([entry])
+            wait_for_replicas(self.redis)  # see hookline/store/replication.py
         except redis.RedisError as exc:
             spool(entry, cause=exc)
             return

@@ -106,3 +106,8 @@ def schedule_endpoint_key(endpoint_id: str) -> str:
 DLQ_KEY = "hookline:{dlq}:entries"
 DLQ_INDEX_KEY = "hookline:{dlq}:by_time"
 DLQ_REASON_KEY = "hookline:{{dlq}}:by_reason:{}"
+
+# -- replication (hookline/store/replication.py) ---------------------------------------------
+
+#: Written before a WAIT, so that WAIT counts every write finished before it.
+REPLICATION_FENCE_KEY = "hookline:replication-fence"

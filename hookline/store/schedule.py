@@ -39,6 +39,7 @@ from hookline.store.keys import (
     glob_escaped,
     schedule_endpoint_key,
 )
+from hookline.store.replication import wait_for_replicas
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
 CLAIM_LEASE = 30.0
@@ -177,6 +178,7 @@ class RetrySchedule:
         )
         if reply[0] == "full":
             raise ScheduleFull(reply[1], int(reply[2]))
+        wait_for_replicas(self.redis)  # see hookline/store/replication.py
         return int(reply[1]) / 1000.0
 
     def release_due(self, *, batch: int = 500, queue: str = "hookline.retry",
