@@ -114,10 +114,11 @@ class Settings:
     #: in the URL.
     sentinel_password: str = field(default="", repr=False)
     #: Replicas that must have a write which hands an event on (a published event, a parked
-    #: retry, a dead letter) before Hookline goes on (Redis WAIT), and the longest it waits
-    #: for them, seconds. Default: 1 with a Sentinel URL, 0 (no WAIT) otherwise.
+    #: retry, a dead letter) before Hookline lets go of the event (Redis WAIT), and the
+    #: longest it waits for them, seconds; too few in time fails the write as an unreachable
+    #: Redis would (hookline/store/replication.py). Default: 1 with a Sentinel URL, else 0.
     redis_wait_replicas: int = 0
-    redis_wait_timeout: float = 0.2
+    redis_wait_timeout: float = 1.0
 
     def lease_seconds(self, read_timeout: float | None = None) -> float:
         """How long an attempt's in-flight lease lives: the longest the attempt can take
@@ -262,7 +263,7 @@ def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: s
         "sentinel_password": env.get("HOOKLINE_SENTINEL_PASSWORD") or "",
         "redis_wait_replicas": _integer(env, "HOOKLINE_REDIS_WAIT_REPLICAS",
                                         1 if named else 0, maximum=100),
-        "redis_wait_timeout": _number(env, "HOOKLINE_REDIS_WAIT_TIMEOUT", 0.2, minimum=0.001,
+        "redis_wait_timeout": _number(env, "HOOKLINE_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001,
                                       maximum=60.0),
     }
 

@@ -12,30 +12,33 @@ losing one loses the event. After each of those Hookline waits until
 - parking a retry in the schedule (``RetrySchedule.park``);
 - writing a dead letter (``DeadLetterQueue.add``).
 
+Fewer replicas in time fails the write as Redis being unreachable would
+(:class:`ReplicasBehind`, a ``redis.ConnectionError``): the publish is retried and then
+raised to the caller, the retry's message is not acknowledged (it is delivered again), the
+dead letter is spooled to disk. So the event is never let go of while only the master has
+it; the price is a duplicate (same webhook-id, stopped by the idempotency gate where its
+marker survived) when the write did survive.
+
 ``WAIT`` counts the writes of the connection it is sent on, and a pooled client may send it
 on another one; so a small write (the fence key) goes first on the same connection, in one
 round trip: its replication offset is past every write that finished before it.
-A replica missing after the timeout is logged (``redis.replicas_behind``, at most every
-10 s per process) and the caller goes on: the write stands on the master; for refusing
-writes while replicas are missing, Redis's own ``min-replicas-to-write`` is the tool.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from time import monotonic
 from typing import Any
+
+import redis
 
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store.keys import REPLICATION_FENCE_KEY
 
-#: Seconds between two ``redis.replicas_behind`` lines of one process.
-WARN_EVERY = 10.0
 
-_warned = [-WARN_EVERY]
-_warned_lock = threading.Lock()
+class ReplicasBehind(redis.ConnectionError):
+    """A write reached fewer replicas than ``HOOKLINE_REDIS_WAIT_REPLICAS`` within
+    ``HOOKLINE_REDIS_WAIT_TIMEOUT``: handled as Redis being unreachable."""
 
 
 def wait_command() -> tuple[str, int, int] | None:
@@ -49,8 +52,8 @@ def wait_command() -> tuple[str, int, int] | None:
 
 def wait_for_replicas(client: Any) -> int | None:
     """Wait until the configured number of replicas has every write ``client``'s Redis
-    finished so far; returns how many replicas acknowledged, or None when no wait is
-    configured. Redis errors are raised as they come; replicas missing are not an error."""
+    finished so far; returns how many acknowledged, or None when no wait is configured.
+    Raises :class:`ReplicasBehind` when too few did in time, Redis errors as they come."""
     command = wait_command()
     if command is None:
         return None
@@ -60,16 +63,10 @@ def wait_for_replicas(client: Any) -> int | None:
     pipe.execute_command(*command)
     acknowledged = int(pipe.execute()[-1])
     if acknowledged < wanted:
-        replicas_behind(acknowledged, wanted)
+        timeout = settings().redis_wait_timeout
+        log_event("redis.replicas_behind", level=logging.WARNING, acknowledged=acknowledged,
+                  wanted=wanted, timeout=timeout)
+        raise ReplicasBehind(
+            f"a write reached {acknowledged} of {wanted} replicas within {timeout:g}s "
+            "(HOOKLINE_REDIS_WAIT_REPLICAS, HOOKLINE_REDIS_WAIT_TIMEOUT)")
     return acknowledged
-
-
-def replicas_behind(acknowledged: int, wanted: int) -> None:
-    """Log that a write reached fewer replicas than asked for (rate-limited)."""
-    now = monotonic()
-    with _warned_lock:
-        if now - _warned[0] < WARN_EVERY:
-            return
-        _warned[0] = now
-    log_event("redis.replicas_behind", level=logging.WARNING, acknowledged=acknowledged,
-              wanted=wanted, timeout=settings().redis_wait_timeout)
