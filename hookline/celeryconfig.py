@@ -56,11 +56,13 @@ def broker_settings(config: Settings) -> dict[str, Any]:
 
 
 def sentinel_broker_settings(config: Settings, options: dict[str, Any]) -> dict[str, Any]:
-    """A ``sentinel://`` broker: kombu's list of Sentinels, the master's name (and the
-    Sentinels' password) in the transport options, and Hookline's Sentinel transport
-    (hookline/broker.py: the consume script, the doorbell, parking, WAIT after a publish)."""
-    url = sentinel.parse(config.broker_url).kombu_url()
+    """A ``sentinel://`` broker: every Sentinel, the master's name (and the Sentinels'
+    password) in the transport options, and Hookline's Sentinel transport (hookline/broker.py:
+    the consume script, the doorbell, parking, WAIT after a publish)."""
+    address = sentinel.parse(config.broker_url)
+    url = address.kombu_url()
     options["master_name"] = config.sentinel_master
+    options[sentinel.SENTINELS_OPTION] = [list(pair) for pair in address.sentinels]
     # Connections to the Sentinels themselves: bounded, and with their own password if any.
     options["sentinel_kwargs"] = {"socket_connect_timeout": 5, "socket_timeout": 5}
     if config.sentinel_password:

@@ -8,8 +8,9 @@ One URL names every Sentinel, comma-separated, and the master's credentials and 
 The port defaults to 26379 and the database to 0. The password is the master's (its
 ``requirepass``); the Sentinels' own password, if they have one, is
 ``HOOKLINE_SENTINEL_PASSWORD``, and the master's name is ``HOOKLINE_SENTINEL_MASTER``
-(``hookline/core/config.py``). kombu wants the Sentinels as a semicolon list of URLs instead
-(``sentinel://h1:26379;sentinel://h2:26379``): :meth:`SentinelURL.kombu_url` writes that.
+(``hookline/core/config.py``). For the broker, :meth:`SentinelURL.kombu_url` gives Celery one
+kombu URL and the Sentinels go in the transport options (see there why not kombu's
+``sentinel://h1;sentinel://h2`` list).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
 
 SCHEME = "sentinel://"
+#: The broker transport option listing every Sentinel as ``[host, port]`` pairs.
+SENTINELS_OPTION = "hookline_sentinels"
 #: Sentinel's own port when the URL names none.
 DEFAULT_PORT = 26379
 #: A Sentinel address: a host name, an IPv4 address or a bracketed IPv6 address, then a port.
@@ -41,15 +44,17 @@ class SentinelURL:
     password: str | None = field(default=None, repr=False)
 
     def kombu_url(self) -> str:
-        """The same, as kombu's Sentinel transport reads it: one ``sentinel://`` URL per
-        Sentinel, joined by ``;``, each with the master's credentials and database (kombu's
-        connection may switch to any of them as its main URL)."""
+        """The URL Celery's broker connection gets: the first Sentinel, with the master's
+        credentials and database. The whole list goes in the transport options
+        (``hookline_sentinels``), not in kombu's ``a;b;c`` failover list: on a connection
+        error kombu moves to the next URL of such a list and takes the transport from its
+        scheme, so workers and publishers would go on with kombu's stock transport."""
         userinfo = ""
         if self.username is not None or self.password is not None:
             userinfo = (quote(self.username or "", safe="") + ":"
                         + quote(self.password or "", safe="") + "@")
-        return ";".join(f"{SCHEME}{userinfo}{_host(host)}:{port}/{self.db}"
-                        for host, port in self.sentinels)
+        host, port = self.sentinels[0]
+        return f"{SCHEME}{userinfo}{_host(host)}:{port}/{self.db}"
 
     def shown(self) -> str:
         """Fit for a log line or an error: the password masked."""

@@ -14,7 +14,7 @@ from importlib import resources
 
 import redis
 
-from hookline.core.config import ConfigError, settings
+from hookline.core.config import settings
 from hookline.store.keys import DOORBELL_KEY
 
 _lock = threading.Lock()
@@ -30,32 +30,10 @@ def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> 
     (``REDIS_URL``) and for a Redis broker (``HOOKLINE_BROKER_URL``). ``options`` are passed
     to the client (timeouts, ``health_check_interval``, ...)."""
     if url.startswith("sentinel://"):
-        return _sentinel_master(url, decode_responses=decode_responses, **options)
+        from hookline.store.sentinel import master_client  # a master found by Redis Sentinel
+
+        return master_client(url, decode_responses=decode_responses, **options)
     return redis.Redis.from_url(url, decode_responses=decode_responses, **options)
-
-
-def _sentinel_master(url: str, **options: object) -> redis.Redis:
-    """A client on the master that the Sentinels of ``url`` name (``HOOKLINE_SENTINEL_MASTER``):
-    every new connection asks them where the master is, so after a failover the client
-    reconnects to the new one (redis-py's ``Sentinel.master_for``)."""
-    from redis.sentinel import Sentinel
-
-    from hookline.core import sentinel
-
-    config = settings()
-    if not config.sentinel_master:
-        raise ConfigError(f"{sentinel.shown(url)} names Redis Sentinels: set "
-                          "HOOKLINE_SENTINEL_MASTER to the name of the master they monitor")
-    address = sentinel.parse(url)
-    # The Sentinels get the same socket timeouts, and their own password if they have one.
-    sentinel_kwargs: dict[str, object] = {
-        key: value for key, value in options.items() if key.startswith("socket_")}
-    if config.sentinel_password:
-        sentinel_kwargs["password"] = config.sentinel_password
-    credentials = {key: value for key, value in (("username", address.username),
-                                                 ("password", address.password)) if value}
-    manager = Sentinel(list(address.sentinels), sentinel_kwargs=sentinel_kwargs)
-    return manager.master_for(config.sentinel_master, db=address.db, **credentials, **options)
 
 
 def client() -> redis.Redis:

@@ -26,10 +26,12 @@ round trip: its replication offset is past every write that finished before it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 import redis
+from redis.sentinel import SentinelConnectionPool
 
 from hookline.core.config import settings
 from hookline.core.logs import log_event
@@ -64,9 +66,22 @@ def wait_for_replicas(client: Any) -> int | None:
     acknowledged = int(pipe.execute()[-1])
     if acknowledged < wanted:
         timeout = settings().redis_wait_timeout
+        rediscover(client)
         log_event("redis.replicas_behind", level=logging.WARNING, acknowledged=acknowledged,
                   wanted=wanted, timeout=timeout)
         raise ReplicasBehind(
             f"a write reached {acknowledged} of {wanted} replicas within {timeout:g}s "
             "(HOOKLINE_REDIS_WAIT_REPLICAS, HOOKLINE_REDIS_WAIT_TIMEOUT)")
     return acknowledged
+
+
+def rediscover(client: Any) -> None:
+    """Ask the Sentinels again where the master is, when ``client`` is a Sentinel-managed
+    one: a master demoted by a failover keeps accepting writes (without replicas) until
+    Sentinel reconfigures it, about 10 s later, and redis-py asks only when it connects.
+    When the address changed, the idle connections to the old one are closed, so the write
+    that fails here is retried on the new master."""
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, SentinelConnectionPool):
+        with contextlib.suppress(redis.RedisError):  # none answers: the next connection asks
+            pool.get_master_address()

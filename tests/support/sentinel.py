@@ -31,7 +31,7 @@ class SentinelDeployment:
     under ``master_name``."""
 
     def __init__(self, directory: Path, *, master_name: str = "hookline-test",
-                 replicas: int = 1, sentinels: int = 3) -> None:
+                 replicas: int = 2, sentinels: int = 3) -> None:
         self.directory = directory
         self.master_name = master_name
         self.redis_ports = [free_port() for _ in range(1 + replicas)]
@@ -123,7 +123,9 @@ class SentinelDeployment:
     def _redis_server(self, port: int, *extra: str) -> None:
         self._spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                      "--appendonly", "no", "--dir", str(self.directory),
-                     "--dbfilename", f"dump-{port}.rdb", *extra])
+                     "--dbfilename", f"dump-{port}.rdb",
+                     # A replica (re)attached after a failover syncs at once, not after 5 s.
+                     "--repl-diskless-sync-delay", "0", *extra])
         client = self.node(port)
         wait_until(lambda: _answers(client), timeout=10,
                    what=lambda: f"redis-server on port {port} never answered")
