@@ -252,7 +252,8 @@ def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: s
     master = (env.get("HOOKLINE_SENTINEL_MASTER") or "").strip()
     if named and not master:
         raise ConfigError(
-            f"{' and '.join(named)} name Redis Sentinels (sentinel://): set "
+            f"{' and '.join(named)} {'is a' if len(named) == 1 else 'are'} Redis Sentinel "
+            f"URL{'' if len(named) == 1 else 's'} (sentinel://): set "
             "HOOKLINE_SENTINEL_MASTER to the name of the master they monitor (the <name> of "
             "their 'sentinel monitor <name> <host> <port> <quorum>' line)")
     if master and not sentinel.MASTER_NAME.match(master):
