@@ -30,6 +30,7 @@ from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
 from tests.conftest import WorkerProcess, wait_until
+from tests.support.cli import json_out
 from tests.support.sentinel import SentinelDeployment, redis_server_missing
 
 pytestmark = pytest.mark.scale
@@ -217,6 +218,10 @@ def test_failover_mid_run_loses_nothing_and_delivery_continues_on_the_new_master
     # Duplicates only ever with the same webhook-id: each id is one of this run's events.
     received = Counter(r["webhook_id"] for r in requests() if 200 <= r["status"] < 300)
     assert set(received) == {ev for ev, outcome in expected.items() if outcome == "delivered"}
+    # The CLI reads the new master too (queue depths through the broker's Sentinel client).
+    report = json_out("stats")
+    assert set(report["queues"].values()) == {0}, report["queues"]
+    assert report["dead_letters"]["by_reason"] == {"rejected": REJECTED}
     for worker in workers:
         assert worker.process.poll() is None, worker.output()[-3000:]
         assert "Unrecoverable error" not in worker.output()
