@@ -403,7 +403,7 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
         if publish_batch is not None:
             # kombu 5.7's batched publish: the WAIT joins the batch's pipeline, on the
             # connection that sends its pushes.
-            command = wait_command()
+            command = wait_command(publish_batch.pipeline)
             if command is not None:
                 publish_batch.add("execute_command", *command)
             return

@@ -29,6 +29,8 @@ MAX_BYTES = 16 * 1024 * 1024
 DAY = 86400.0
 WEEK = 7 * DAY
 YEAR = 365 * DAY
+#: ``redis_wait_replicas`` for "every replica the Sentinels see up".
+ALL_REPLICAS = -1
 
 
 class ConfigError(HooklineError, ValueError):
@@ -116,7 +118,8 @@ class Settings:
     #: Replicas that must have a write which hands an event on (a published event, a parked
     #: retry, a dead letter) before Hookline lets go of the event (Redis WAIT), and the
     #: longest it waits for them, seconds; too few in time fails the write as an unreachable
-    #: Redis would (hookline/store/replication.py). Default: 1 with a Sentinel URL, else 0.
+    #: Redis would (hookline/store/replication.py). Default: every replica the Sentinels see
+    #: up (:data:`ALL_REPLICAS`) with a Sentinel URL, else 0.
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
 
@@ -262,11 +265,23 @@ def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: s
     return {
         "sentinel_master": master,
         "sentinel_password": env.get("HOOKLINE_SENTINEL_PASSWORD") or "",
-        "redis_wait_replicas": _integer(env, "HOOKLINE_REDIS_WAIT_REPLICAS",
-                                        1 if named else 0, maximum=100),
+        "redis_wait_replicas": _wait_replicas(env, sentinel_in_use=bool(named)),
         "redis_wait_timeout": _number(env, "HOOKLINE_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001,
                                       maximum=60.0),
     }
+
+
+def _wait_replicas(env: Mapping[str, str], *, sentinel_in_use: bool) -> int:
+    """HOOKLINE_REDIS_WAIT_REPLICAS: a number, or ``all`` (:data:`ALL_REPLICAS`: every
+    replica the Sentinels see up), the default with a Sentinel URL; 0 without one."""
+    raw = (env.get("HOOKLINE_REDIS_WAIT_REPLICAS") or "").strip().lower()
+    if raw == "all" or (not raw and sentinel_in_use):
+        if not sentinel_in_use:
+            raise ConfigError("HOOKLINE_REDIS_WAIT_REPLICAS=all counts the replicas Redis "
+                              "Sentinel sees: it needs a sentinel:// REDIS_URL or "
+                              "HOOKLINE_BROKER_URL; give a number instead")
+        return ALL_REPLICAS
+    return _integer(env, "HOOKLINE_REDIS_WAIT_REPLICAS", 0, maximum=100)
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:

@@ -6,7 +6,10 @@ replica when a failover promotes one, and is then lost. Losing most writes only 
 send once more, with the same webhook-id). Three writes are different: after them the caller
 lets go of the event (``send_webhook`` returns, the worker acknowledges the message), so
 losing one loses the event. After each of those Hookline waits until
-``HOOKLINE_REDIS_WAIT_REPLICAS`` replicas have it, at most ``HOOKLINE_REDIS_WAIT_TIMEOUT``:
+``HOOKLINE_REDIS_WAIT_REPLICAS`` replicas have it, at most ``HOOKLINE_REDIS_WAIT_TIMEOUT``
+(with Sentinel by default ``all``: every replica the Sentinels see up, as any of them may be
+promoted; waiting for fewer, a write the demoted master took after the promotion can be
+acknowledged by a replica that is then resynchronised from the new master, and is lost):
 
 - publishing a delivery (``hookline.broker.SentinelChannel._put``);
 - parking a retry in the schedule (``RetrySchedule.park``);
@@ -28,14 +31,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
+from time import monotonic
 from typing import Any
 
 import redis
 from redis.sentinel import SentinelConnectionPool
 
-from hookline.core.config import settings
+from hookline.core.config import ALL_REPLICAS, settings
 from hookline.core.logs import log_event
 from hookline.store.keys import REPLICATION_FENCE_KEY
+from hookline.store.sentinel import FOLLOW_EVERY
+
+#: Per Sentinel pool: when its replicas were last counted, and how many were up.
+_replicas_seen: weakref.WeakKeyDictionary[SentinelConnectionPool, tuple[float, int]] = (
+    weakref.WeakKeyDictionary())
 
 
 class ReplicasBehind(redis.ConnectionError):
@@ -43,20 +53,42 @@ class ReplicasBehind(redis.ConnectionError):
     ``HOOKLINE_REDIS_WAIT_TIMEOUT``: handled as Redis being unreachable."""
 
 
-def wait_command() -> tuple[str, int, int] | None:
-    """``("WAIT", replicas, timeout ms)`` as configured, or None for no wait: for a pipeline
-    that already holds the writes on its one connection."""
+def wait_command(client: Any) -> tuple[str, int, int] | None:
+    """``("WAIT", replicas, timeout ms)`` for a write through ``client``, or None for no wait
+    (for a pipeline that already holds the writes on its one connection)."""
     config = settings()
-    if config.redis_wait_replicas <= 0:
+    wanted = config.redis_wait_replicas
+    if wanted == ALL_REPLICAS:
+        wanted = replicas_up(client)
+    if wanted <= 0:
         return None
-    return "WAIT", config.redis_wait_replicas, max(1, round(config.redis_wait_timeout * 1000))
+    return "WAIT", wanted, max(1, round(config.redis_wait_timeout * 1000))
+
+
+def replicas_up(client: Any) -> int:
+    """How many replicas the Sentinels see up for ``client``'s master (asked at most every
+    :data:`~hookline.store.sentinel.FOLLOW_EVERY` seconds): any of them may be promoted, so a
+    write that must survive a failover waits for all of them. 0 for a client not managed by
+    Sentinel."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return 0
+    now = monotonic()
+    known = _replicas_seen.get(pool)
+    if known is None or now - known[0] >= FOLLOW_EVERY:
+        try:
+            count = len(pool.sentinel_manager.discover_slaves(pool.service_name))
+        except redis.RedisError:
+            count = known[1] if known is not None else 0
+        known = _replicas_seen[pool] = (now, count)
+    return known[1]
 
 
 def wait_for_replicas(client: Any) -> int | None:
     """Wait until the configured number of replicas has every write ``client``'s Redis
     finished so far; returns how many acknowledged, or None when no wait is configured.
     Raises :class:`ReplicasBehind` when too few did in time, Redis errors as they come."""
-    command = wait_command()
+    command = wait_command(client)
     if command is None:
         return None
     _, wanted, _ = command

@@ -67,8 +67,6 @@ def sentinel_env(deployment: SentinelDeployment, tmp_path: Path) -> Iterator[dic
         # back after this (it must exceed the longest attempt: 1 + 2 x 1 + 10 s).
         "CELERY_VISIBILITY_TIMEOUT": "15",
         "HOOKLINE_METRICS_PORT": "0",
-        # Sentinel may promote either replica: a write that hands an event on must reach both.
-        "HOOKLINE_REDIS_WAIT_REPLICAS": "2",
         # The flaky endpoint fails every event twice: its breaker would hold it for most of
         # the run (the breaker has tests of its own); retries are what this one is after.
         "HOOKLINE_BREAKER_THRESHOLD": "100000",

@@ -7,7 +7,7 @@ import pytest
 
 from hookline.celeryconfig import broker_settings
 from hookline.core import sentinel
-from hookline.core.config import ConfigError, load_settings
+from hookline.core.config import ALL_REPLICAS, ConfigError, load_settings
 
 URL = "sentinel://:s3cret@10.0.0.1:26379,sentinel-b,[::1]:26380/2"
 
@@ -60,10 +60,14 @@ def test_a_bad_sentinel_url_is_refused_naming_its_variable_without_the_password(
         load_settings({"REDIS_URL": URL, "HOOKLINE_SENTINEL_MASTER": "a b"})
 
 
-def test_wait_for_one_replica_by_default_on_sentinel_and_none_on_a_plain_redis():
+def test_wait_for_every_replica_by_default_on_sentinel_and_none_on_a_plain_redis():
     assert load_settings({"REDIS_URL": URL, "HOOKLINE_SENTINEL_MASTER": "m"}
-                         ).redis_wait_replicas == 1
+                         ).redis_wait_replicas == ALL_REPLICAS
+    assert load_settings({"REDIS_URL": URL, "HOOKLINE_SENTINEL_MASTER": "m",
+                          "HOOKLINE_REDIS_WAIT_REPLICAS": "1"}).redis_wait_replicas == 1
     assert load_settings({"REDIS_URL": "redis://r:1/0"}).redis_wait_replicas == 0
+    with pytest.raises(ConfigError, match=r"HOOKLINE_REDIS_WAIT_REPLICAS=all .* sentinel://"):
+        load_settings({"REDIS_URL": "redis://r:1/0", "HOOKLINE_REDIS_WAIT_REPLICAS": "all"})
     configured = load_settings({"REDIS_URL": "redis://r:1/0", "HOOKLINE_REDIS_WAIT_REPLICAS": "2",
                                 "HOOKLINE_REDIS_WAIT_TIMEOUT": "0.05"})
     assert (configured.redis_wait_replicas, configured.redis_wait_timeout) == (2, 0.05)
