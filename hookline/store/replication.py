@@ -36,6 +36,7 @@ from time import monotonic
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
 from hookline.core.config import ALL_REPLICAS, settings
@@ -88,6 +89,8 @@ def wait_for_replicas(client: Any) -> int | None:
     """Wait until the configured number of replicas has every write ``client``'s Redis
     finished so far; returns how many acknowledged, or None when no wait is configured.
     Raises :class:`ReplicasBehind` when too few did in time, Redis errors as they come."""
+    if isinstance(client, RedisCluster):
+        return None  # WAIT is per node: a cluster's shards would each need their own fence
     command = wait_command(client)
     if command is None:
         return None

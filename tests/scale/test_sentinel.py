@@ -25,9 +25,10 @@ from hookline.core import config
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.delivery.publisher import publish
 from hookline.store import connection as store
-from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store import keys, replication
+from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
+from hookline.store.keys import DLQ_KEY
 from hookline.store.schedule import DUE_KEY
 from tests.conftest import WorkerProcess, wait_until
 from tests.support.cli import json_out
@@ -227,3 +228,32 @@ def test_failover_mid_run_loses_nothing_and_delivery_continues_on_the_new_master
           f"({old_port} -> {new_port}), {len(after)} deliveries after it, publish retries "
           f"{dict(publisher.failures)}, duplicate sends {sum(received.values()) - len(received)}, "
           f"delivered without a done marker on the new master {unrecorded}")
+
+
+def test_a_write_that_hands_an_event_on_waits_for_every_replica_up(deployment, sentinel_env):
+    """WAIT (hookline/store/replication.py): with both replicas up a dead letter reaches
+    both; a replica that dies fails such writes (the dead letter is spooled to disk, not
+    lost) until the Sentinels mark it down, and then they wait for the one left."""
+    client = store.client()
+    letters = DeadLetterQueue()
+    spool = Path(sentinel_env["HOOKLINE_DLQ_SPOOL"])
+
+    def letter(n: int) -> DeadLetter:
+        return DeadLetter(endpoint_id="ep-wait", event_id=f"wait-{n}", event_type="t",
+                          payload={"n": n}, reason="rejected")
+
+    assert replication.wait_for_replicas(client) == 2
+    letters.add(letter(0))
+    for port in deployment.redis_ports[1:]:
+        assert deployment.node(port).hexists(DLQ_KEY, "ep-wait/wait-0")
+
+    replica = deployment.redis_ports[-1]
+    deployment.stop_node(replica)
+    letters.add(letter(1))  # the master has it, one replica does not: spooled as well
+    assert "wait-1" in spool.read_text()
+    with pytest.raises(replication.ReplicasBehind, match="reached 1 of 2 replicas"):
+        replication.wait_for_replicas(client)
+    # Down for the Sentinels (down-after-milliseconds): every replica left is one.
+    wait_until(lambda: replication.wait_for_replicas(client) == 1, timeout=10, interval=0.3)
+    letters.add(letter(2))
+    assert letters.get("ep-wait/wait-1") is not None and letters.get("ep-wait/wait-2")

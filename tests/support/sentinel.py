@@ -95,6 +95,13 @@ class SentinelDeployment:
                 process.kill()
                 process.wait(5)
 
+    def stop_node(self, port: int) -> None:
+        """Kill the redis-server on ``port`` (a master or a replica)."""
+        index = self.redis_ports.index(port)
+        process = self.processes[index]
+        process.kill()
+        process.wait(5)
+
     def failover(self, timeout: float = 20.0) -> tuple[int, int]:
         """``SENTINEL FAILOVER``; waits until the Sentinels name a new master that answers as
         one and accepts writes; returns (old port, new port)."""
