@@ -52,8 +52,9 @@ class SentinelDeployment:
 
     def master_port(self) -> int:
         """The master's port, as the first Sentinel says."""
-        _host, port = self.sentinel().sentinel_get_master_addr_by_name(self.master_name)
-        return int(port)
+        port = self._master_port_from(0)
+        assert port is not None, "the first Sentinel names no master"
+        return port
 
     def node(self, port: int) -> redis.Redis:
         return redis.Redis(port=port, decode_responses=True, socket_timeout=5)
@@ -146,8 +147,10 @@ class SentinelDeployment:
         return info.get("master_link_status") == "up"
 
     def _master_port_from(self, index: int) -> int | None:
+        # Raw commands: redis-py's SENTINEL reply parsers differ (and fail) across versions.
         try:
-            address = self.sentinel(index).sentinel_get_master_addr_by_name(self.master_name)
+            address = self.sentinel(index).execute_command(
+                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
         except redis.RedisError:
             return None
         return int(address[1]) if address else None
@@ -156,10 +159,12 @@ class SentinelDeployment:
         views = []
         for index in range(len(self.sentinel_ports)):
             try:
-                master = self.sentinel(index).sentinel_master(self.master_name)
+                reply = self.sentinel(index).execute_command("SENTINEL", "MASTER",
+                                                             self.master_name)
             except redis.RedisError as exc:
                 views.append({"error": str(exc)})
                 continue
+            master = dict(zip(reply[::2], reply[1::2], strict=True))
             views.append({key: master.get(key) for key in
                           ("num-slaves", "num-other-sentinels", "flags")})
         return views
@@ -167,8 +172,9 @@ class SentinelDeployment:
     def _sentinels_agree(self) -> bool:
         replicas = len(self.redis_ports) - 1
         others = len(self.sentinel_ports) - 1
-        return all(view.get("num-slaves") == replicas and view.get("num-other-sentinels")
-                   == others for view in self._sentinel_views())
+        return all(view.get("num-slaves") == str(replicas)
+                   and view.get("num-other-sentinels") == str(others)
+                   for view in self._sentinel_views())
 
 
 def _answers(client: redis.Redis) -> bool:
