@@ -164,7 +164,8 @@ class SentinelDeployment:
             except redis.RedisError as exc:
                 views.append({"error": str(exc)})
                 continue
-            master = dict(zip(reply[::2], reply[1::2], strict=True))
+            master = (reply if isinstance(reply, dict)  # redis-py 8 parses it, 6 does not
+                      else dict(zip(reply[::2], reply[1::2], strict=True)))
             views.append({key: master.get(key) for key in
                           ("num-slaves", "num-other-sentinels", "flags")})
         return views
@@ -172,8 +173,8 @@ class SentinelDeployment:
     def _sentinels_agree(self) -> bool:
         replicas = len(self.redis_ports) - 1
         others = len(self.sentinel_ports) - 1
-        return all(view.get("num-slaves") == str(replicas)
-                   and view.get("num-other-sentinels") == str(others)
+        return all(str(view.get("num-slaves")) == str(replicas)
+                   and str(view.get("num-other-sentinels")) == str(others)
                    for view in self._sentinel_views())
 
 
