@@ -12,7 +12,8 @@ promoted; waiting for fewer, a write the demoted master took after the promotion
 acknowledged by a replica that is then resynchronised from the new master, and is lost):
 
 - publishing a delivery (``hookline.broker.SentinelChannel._put``);
-- parking a retry in the schedule (``RetrySchedule.park``);
+- parking a retry in the schedule (``RetrySchedule.park``), and releasing it to a broker
+  that is not Hookline's Redis (``RetrySchedule.release_due``, before it is unparked);
 - writing a dead letter (``DeadLetterQueue.add``).
 
 Fewer replicas in time fails the write as Redis being unreachable would

@@ -224,6 +224,7 @@ class RetrySchedule:
                         pipe.lpush(queue, message)
                 ring(pipe)
                 pipe.execute()
+                wait_for_replicas(broker)  # before unpark: see hookline/store/replication.py
                 self.unpark([bytes_to_str(retry_id) for retry_id in ids])
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
         return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
