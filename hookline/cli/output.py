@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 import redis
 
+from hookline.core import sentinel
+
 #: Widest a free-text cell (an error message, a URL) gets in a table.
 MAX_CELL_WIDTH = 60
 
@@ -116,6 +118,8 @@ def format_time(timestamp: float | None, *, now: float | None = None) -> str | N
 
 def redacted(url: str) -> str:
     """``url`` with any password replaced by ``***``, fit for an error message."""
+    if sentinel.is_sentinel(url):  # several hosts: not a URL urllib parses
+        return sentinel.shown(url)
     try:
         parts = urlsplit(url)
         if parts.password is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hookline.celeryconfig import broker_settings
+from hookline.cli.output import redacted
 from hookline.core import sentinel
 from hookline.core.config import ALL_REPLICAS, ConfigError, load_settings
 
@@ -36,6 +37,8 @@ def test_a_bad_url_is_refused_saying_what_is_wrong(url, says):
 def test_shown_urls_never_carry_the_password():
     assert sentinel.parse(URL).shown() == "sentinel://***@10.0.0.1:26379,sentinel-b:26379,[::1]:26380/2"
     assert "s3cret" not in sentinel.shown("sentinel://:s3cret@h:1/x")
+    # The CLI's errors ("Redis at ... does not answer") name the Sentinels, not the password.
+    assert redacted(URL) == sentinel.parse(URL).shown()
 
 
 def test_a_sentinel_url_without_a_master_name_is_refused_naming_the_setting():
