@@ -343,12 +343,12 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     """Hookline's channel on a Redis master that Redis Sentinel finds (``sentinel://``).
 
     Everything Hookline adds (the consume script, the doorbell, parking held deliveries, the
-    shared client) comes from :class:`Channel`; the connection pools come from kombu's
-    ``SentinelChannel`` (``_get_pool``): each new connection asks the Sentinels where the
-    master is (``master_name``, ``sentinel_kwargs`` from the transport options), so after a
-    failover the consuming and publishing connections, dropped by the demoted master,
-    reconnect to the new one. A message taken by consume.lua is in the unacked hash in the
-    same step there too, so kombu's restore sweep brings back what a worker held.
+    shared client) comes from :class:`Channel`; the connection pools are kombu's
+    ``SentinelChannel``'s (redis-py's ``Sentinel.master_for`` with ``master_name`` and
+    ``sentinel_kwargs`` from the transport options), built here from every Sentinel in the
+    transport options and with a pool that follows a failover. A message taken by
+    consume.lua is in the unacked hash in the same step there too, so kombu's restore sweep
+    brings back what a worker held.
 
     A master demoted by a failover keeps answering until Sentinel reconfigures it (about
     10 s after ``SENTINEL FAILOVER``), so before each consume the channel checks, at most
@@ -402,7 +402,8 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
         super()._put(queue, message, **kwargs)
         if publish_batch is not None:
             # kombu 5.7's batched publish: the WAIT joins the batch's pipeline, on the
-            # connection that sends its pushes.
+            # connection that sends its pushes; its reply is not checked (kombu keeps the
+            # batch's replies), and Hookline itself publishes no batches.
             command = wait_command(publish_batch.pipeline)
             if command is not None:
                 publish_batch.add("execute_command", *command)
