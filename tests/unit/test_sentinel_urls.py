@@ -4,9 +4,10 @@ with them, what celeryconfig gives Celery. Pure: no Redis."""
 from __future__ import annotations
 
 import pytest
+from redis.sentinel import MasterNotFoundError
 
 from hookline.celeryconfig import broker_settings
-from hookline.cli.output import redacted
+from hookline.cli.output import redacted, redis_failure
 from hookline.core import sentinel
 from hookline.core.config import ALL_REPLICAS, ConfigError, load_settings
 
@@ -100,3 +101,10 @@ def test_celery_gets_hooklines_sentinel_transport_the_master_and_every_sentinel(
     plain = broker_settings(load_settings({"REDIS_URL": "redis://r:1/0"}))
     assert plain["broker_transport"] == "hookline.broker:Transport"
     assert "master_name" not in plain["broker_transport_options"]
+
+
+def test_no_master_from_the_sentinels_is_said_plainly_by_the_cli():
+    failure = redis_failure(MasterNotFoundError("No master found for 'm' : {<a long repr>}"),
+                            URL, "REDIS_URL")
+    assert "(HOOKLINE_SENTINEL_MASTER)" in failure.message
+    assert "repr" not in failure.message and "s3cret" not in failure.message
