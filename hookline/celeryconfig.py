@@ -14,6 +14,7 @@ from typing import Any
 from kombu import Exchange, Queue
 
 from hookline import compat
+from hookline.core import sentinel
 from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 
@@ -77,6 +78,31 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         else:
             # The Redis transport that loses no message when a worker dies (hookline/broker.py).
             values["broker_transport"] = "hookline.broker:Transport"
+    if sentinel.is_sentinel(config.broker_url):
+        values.update(sentinel_broker_settings(config, options))
+    return values
+
+
+def sentinel_broker_settings(config: Settings, options: dict[str, Any]) -> dict[str, Any]:
+    """A ``sentinel://`` broker: every Sentinel, the master's name (and the Sentinels'
+    password) in the transport options, and Hookline's Sentinel transport (hookline/broker.py:
+    the consume script, the doorbell, parking, WAIT after a publish)."""
+    address = sentinel.parse(config.broker_url)
+    url = address.kombu_url()
+    options["master_name"] = config.sentinel_master
+    options[sentinel.SENTINELS_OPTION] = [list(pair) for pair in address.sentinels]
+    # Connections to the Sentinels themselves: bounded, and with their own password if any.
+    options["sentinel_kwargs"] = {"socket_connect_timeout": 5, "socket_timeout": 5}
+    if config.sentinel_password:
+        options["sentinel_kwargs"]["password"] = config.sentinel_password
+    values: dict[str, Any] = {"broker_url": url, "broker_read_url": url,
+                              "broker_write_url": url}
+    unsupported = compat.problems(versions_only=True)
+    if unsupported:
+        warnings.warn("hookline: " + "; ".join(unsupported) + ": publishing with kombu's "
+                      "stock Sentinel transport", RuntimeWarning, stacklevel=3)
+    else:
+        values["broker_transport"] = "hookline.broker:SentinelTransport"
     return values
 
 

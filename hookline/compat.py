@@ -43,6 +43,11 @@ REQUIRED_NAMES = {
     ),
     "kombu.transport.virtual:QoS": ("append",),
     "kombu.transport.redis:Transport": ("Channel", "_deliver"),
+    # hookline.broker.SentinelChannel: kombu's Sentinel channel, its pool built here.
+    "kombu.transport.redis:SentinelChannel": (
+        "_get_pool", "_sentinel_managed_pool", "_connparams", "from_transport_options",
+        "connection_class", "pool", "async_pool", "client",
+    ),
     "celery.worker.consumer:Consumer": (
         "on_send_event_buffered", "_flush_events", "on_decode_error", "on_unknown_message",
         "on_unknown_task", "on_invalid_task",

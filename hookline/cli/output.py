@@ -15,6 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
+from redis.sentinel import MasterNotFoundError
+
+from hookline.core import sentinel
+from hookline.core.config import settings
 
 #: Widest a free-text cell (an error message, a URL) gets in a table.
 MAX_CELL_WIDTH = 60
@@ -116,6 +120,8 @@ def format_time(timestamp: float | None, *, now: float | None = None) -> str | N
 
 def redacted(url: str) -> str:
     """``url`` with any password replaced by ``***``, fit for an error message."""
+    if sentinel.is_sentinel(url):  # several hosts: not a URL urllib parses
+        return sentinel.shown(url)
     try:
         parts = urlsplit(url)
         if parts.password is None:
@@ -133,4 +139,7 @@ def redis_failure(exc: redis.RedisError, url: str, variable: str) -> click.Click
     else:
         problem = "failed"
     detail = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, MasterNotFoundError):  # its message is the Sentinel clients' repr
+        detail = ("no Sentinel answered with a master named "
+                  f"{settings().sentinel_master!r} (HOOKLINE_SENTINEL_MASTER)")
     return click.ClickException(f"Redis at {redacted(url)} ({variable}) {problem}: {detail}")

@@ -9,8 +9,9 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from hookline.core import redact
+from hookline.core import redact, sentinel
 from hookline.core.errors import HooklineError
 from hookline.core.policy import MAX_BACKOFF_LIMIT, PolicyError, RetryPolicy
 from hookline.core.ssrf import Network, parse_networks
@@ -28,6 +29,8 @@ MAX_BYTES = 16 * 1024 * 1024
 DAY = 86400.0
 WEEK = 7 * DAY
 YEAR = 365 * DAY
+#: ``redis_wait_replicas`` for "every replica the Sentinels see up".
+ALL_REPLICAS = -1
 
 
 #: URL schemes naming a Redis Cluster for Hookline's state (redis-py's RedisCluster).
@@ -140,6 +143,20 @@ class Settings:
     def state_is_cluster(self) -> bool:
         """``REDIS_URL`` names a Redis Cluster (``redis+cluster://``)."""
         return self.redis_url.startswith(CLUSTER_SCHEMES)
+    #: Redis Sentinel (a ``sentinel://`` REDIS_URL or HOOKLINE_BROKER_URL, see
+    #: ``hookline/core/sentinel.py``): the name of the master the Sentinels monitor, the same
+    #: for both URLs; "" when neither is a Sentinel URL.
+    sentinel_master: str = ""
+    #: The Sentinels' own password (their ``requirepass``), if they have one; the master's is
+    #: in the URL.
+    sentinel_password: str = field(default="", repr=False)
+    #: Replicas that must have a write which hands an event on (a published event, a parked
+    #: retry, a dead letter) before Hookline lets go of the event (Redis WAIT), and the
+    #: longest it waits for them, seconds; too few in time fails the write as an unreachable
+    #: Redis would (hookline/store/replication.py). Default: every replica the Sentinels see
+    #: up (:data:`ALL_REPLICAS`) with a Sentinel URL, else 0.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout: float = 1.0
 
     def lease_seconds(self, read_timeout: float | None = None) -> float:
         """How long an attempt's in-flight lease lives: the longest the attempt can take
@@ -276,6 +293,50 @@ def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
     return url
 
 
+def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: str
+                       ) -> dict[str, Any]:
+    """The Sentinel and WAIT settings, each ``sentinel://`` URL checked where it enters (see
+    ``hookline/core/sentinel.py`` for the syntax)."""
+    urls = {redis_variable: redis_url, "HOOKLINE_BROKER_URL": env.get("HOOKLINE_BROKER_URL")}
+    named = [variable for variable, url in urls.items() if url and sentinel.is_sentinel(url)]
+    for variable in named:
+        try:
+            sentinel.parse(urls[variable] or "")
+        except ValueError as exc:
+            raise ConfigError(f"{variable}={sentinel.shown(urls[variable] or '')!r}: {exc}"
+                              ) from None
+    master = (env.get("HOOKLINE_SENTINEL_MASTER") or "").strip()
+    if named and not master:
+        raise ConfigError(
+            f"{' and '.join(named)} {'is a' if len(named) == 1 else 'are'} Redis Sentinel "
+            f"URL{'' if len(named) == 1 else 's'} (sentinel://): set "
+            "HOOKLINE_SENTINEL_MASTER to the name of the master they monitor (the <name> of "
+            "their 'sentinel monitor <name> <host> <port> <quorum>' line)")
+    if master and not sentinel.MASTER_NAME.match(master):
+        raise ConfigError(f"HOOKLINE_SENTINEL_MASTER={master!r} must be a name of 1-200 "
+                          "letters, digits and _ . : -")
+    return {
+        "sentinel_master": master,
+        "sentinel_password": env.get("HOOKLINE_SENTINEL_PASSWORD") or "",
+        "redis_wait_replicas": _wait_replicas(env, sentinel_in_use=bool(named)),
+        "redis_wait_timeout": _number(env, "HOOKLINE_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001,
+                                      maximum=60.0),
+    }
+
+
+def _wait_replicas(env: Mapping[str, str], *, sentinel_in_use: bool) -> int:
+    """HOOKLINE_REDIS_WAIT_REPLICAS: a number, or ``all`` (:data:`ALL_REPLICAS`: every
+    replica the Sentinels see up), the default with a Sentinel URL; 0 without one."""
+    raw = (env.get("HOOKLINE_REDIS_WAIT_REPLICAS") or "").strip().lower()
+    if raw == "all" or (not raw and sentinel_in_use):
+        if not sentinel_in_use:
+            raise ConfigError("HOOKLINE_REDIS_WAIT_REPLICAS=all counts the replicas Redis "
+                              "Sentinel sees: it needs a sentinel:// REDIS_URL or "
+                              "HOOKLINE_BROKER_URL; give a number instead")
+        return ALL_REPLICAS
+    return _integer(env, "HOOKLINE_REDIS_WAIT_REPLICAS", 0, maximum=100)
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming the bad variable."""
     env = os.environ if env is None else env
@@ -283,10 +344,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     # cache that evicts keys, say), which Hookline's state must not share.
     variable = "HOOKLINE_REDIS_URL" if env.get("HOOKLINE_REDIS_URL") else "REDIS_URL"
     redis_url = env.get(variable) or "redis://127.0.0.1:6379/0"
-    if not redis_url.startswith(("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)):
+    if not redis_url.startswith(("redis://", "rediss://", "unix://", sentinel.SCHEME,
+                                 *CLUSTER_SCHEMES)):
         raise ConfigError(
             f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss://, "
-            "unix://, or redis+cluster:// / rediss+cluster:// for a Redis Cluster")
+            "unix://, sentinel:// (Redis Sentinel), or redis+cluster:// / rediss+cluster:// "
+            "(Redis Cluster)")
     log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
     if log_format not in ("text", "json"):
         raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
@@ -336,6 +399,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
                                   maximum=10_000),
         history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0,
                                     maximum=64 * 1024),
+        **_sentinel_settings(env, variable, redis_url),
     )
     if settings.breaker_max_cooldown < settings.breaker_cooldown:
         raise ConfigError(

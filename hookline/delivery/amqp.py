@@ -38,7 +38,8 @@ class Connection(KombuConnection):
     """kombu's connection; its URL (``as_uri``, ``info()``) names Hookline's transport as
     ``redis``, the scheme of the URL it was given."""
 
-    resolve_aliases = {**resolve_aliases, TRANSPORT: "redis"}
+    resolve_aliases = {**resolve_aliases, TRANSPORT: "redis",
+                       "hookline.broker:SentinelTransport": "sentinel"}
 
 
 class AMQP(CeleryAMQP):

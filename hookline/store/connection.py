@@ -32,6 +32,10 @@ def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> 
     to the client (timeouts, ``health_check_interval``, ...)."""
     if url.startswith(CLUSTER_SCHEMES):
         return _cluster_client(url, decode_responses=decode_responses, **options)
+    if url.startswith("sentinel://"):
+        from hookline.store.sentinel import master_client  # a master found by Redis Sentinel
+
+        return master_client(url, decode_responses=decode_responses, **options)
     return redis.Redis.from_url(url, decode_responses=decode_responses, **options)
 
 

@@ -48,6 +48,7 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
     dead_letter_shards,
     entry_shard,
 )
+from hookline.store.replication import wait_for_replicas
 
 log = logging.getLogger("hookline.deadletter")
 
@@ -202,6 +203,7 @@ class DeadLetterQueue:
             raise ValueError(f"unknown dead-letter reason {entry.reason!r}")
         try:
             self._write([entry])
+            wait_for_replicas(self.redis)  # see hookline/store/replication.py
         except redis.RedisError as exc:
             spool(entry, cause=exc)
             return

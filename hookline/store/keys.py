@@ -226,3 +226,9 @@ def endpoint_index_keys(count: int) -> tuple[str, ...]:
 
 def endpoint_index_key(endpoint_id: str, count: int) -> str:
     return endpoint_index_keys(count)[endpoint_shard(endpoint_id, count)]
+
+
+# -- replication (hookline/store/replication.py) ---------------------------------------------
+
+#: Written before a WAIT, so that WAIT counts every write finished before it.
+REPLICATION_FENCE_KEY = "hookline:replication-fence"

@@ -52,6 +52,7 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
     schedule_endpoint_key,
     schedule_shards,
 )
+from hookline.store.replication import wait_for_replicas
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
 CLAIM_LEASE = 30.0
@@ -211,6 +212,7 @@ class RetrySchedule:
         )
         if reply[0] == "full":
             raise ScheduleFull(reply[1], int(reply[2]), len(self.shards))
+        wait_for_replicas(self.redis)  # see hookline/store/replication.py
         return int(reply[1]) / 1000.0
 
     def release_due(self, *, batch: int = 500, queue: str = "hookline.retry",
@@ -294,6 +296,7 @@ class RetrySchedule:
                     pipe.lpush(queue, message)
             ring(pipe)
             pipe.execute()
+            wait_for_replicas(broker)  # before confirming: see hookline/store/replication.py
             self.confirm_claimed(ids)
             return
         try:

@@ -1,0 +1,123 @@
+"""Waiting for replicas (Redis ``WAIT``) after the writes that hand an event on.
+
+Redis replicates asynchronously: a write the master acknowledged may not have reached any
+replica when a failover promotes one, and is then lost. Losing most writes only repeats work
+(a lost acknowledgement redelivers a message; a lost done marker lets the idempotency gate
+send once more, with the same webhook-id). Three writes are different: after them the caller
+lets go of the event (``send_webhook`` returns, the worker acknowledges the message), so
+losing one loses the event. After each of those Hookline waits until
+``HOOKLINE_REDIS_WAIT_REPLICAS`` replicas have it, at most ``HOOKLINE_REDIS_WAIT_TIMEOUT``
+(with Sentinel by default ``all``: every replica the Sentinels see up, as any of them may be
+promoted; waiting for fewer, a write the demoted master took after the promotion can be
+acknowledged by a replica that is then resynchronised from the new master, and is lost):
+
+- publishing a delivery (``hookline.broker.SentinelChannel._put``);
+- parking a retry in the schedule (``RetrySchedule.park``), and releasing it to a broker
+  that is not Hookline's Redis (``RetrySchedule.release_due``, before it is unparked);
+- writing a dead letter (``DeadLetterQueue.add``).
+
+Fewer replicas in time fails the write as Redis being unreachable would
+(:class:`ReplicasBehind`, a ``redis.ConnectionError``): the publish is retried and then
+raised to the caller, the retry's message is not acknowledged (it is delivered again), the
+dead letter is spooled to disk. So the event is never let go of while only the master has
+it; the price is a duplicate (same webhook-id, stopped by the idempotency gate where its
+marker survived) when the write did survive.
+
+``WAIT`` counts the writes of the connection it is sent on, and a pooled client may send it
+on another one; so a small write (the fence key) goes first on the same connection, in one
+round trip: its replication offset is past every write that finished before it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import weakref
+from time import monotonic
+from typing import Any
+
+import redis
+from redis.cluster import RedisCluster
+from redis.sentinel import SentinelConnectionPool
+
+from hookline.core.config import ALL_REPLICAS, settings
+from hookline.core.logs import log_event
+from hookline.store.keys import REPLICATION_FENCE_KEY
+from hookline.store.sentinel import FOLLOW_EVERY
+
+#: Per Sentinel pool: when its replicas were last counted, and how many were up.
+_replicas_seen: weakref.WeakKeyDictionary[SentinelConnectionPool, tuple[float, int]] = (
+    weakref.WeakKeyDictionary())
+
+
+class ReplicasBehind(redis.ConnectionError):
+    """A write reached fewer replicas than ``HOOKLINE_REDIS_WAIT_REPLICAS`` within
+    ``HOOKLINE_REDIS_WAIT_TIMEOUT``: handled as Redis being unreachable."""
+
+
+def wait_command(client: Any) -> tuple[str, int, int] | None:
+    """``("WAIT", replicas, timeout ms)`` for a write through ``client``, or None for no wait
+    (for a pipeline that already holds the writes on its one connection)."""
+    config = settings()
+    wanted = config.redis_wait_replicas
+    if wanted == ALL_REPLICAS:
+        wanted = replicas_up(client)
+    if wanted <= 0:
+        return None
+    return "WAIT", wanted, max(1, round(config.redis_wait_timeout * 1000))
+
+
+def replicas_up(client: Any) -> int:
+    """How many replicas the Sentinels see up for ``client``'s master (asked at most every
+    :data:`~hookline.store.sentinel.FOLLOW_EVERY` seconds): any of them may be promoted, so a
+    write that must survive a failover waits for all of them. 0 for a client not managed by
+    Sentinel."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(pool, SentinelConnectionPool):
+        return 0
+    now = monotonic()
+    known = _replicas_seen.get(pool)
+    if known is None or now - known[0] >= FOLLOW_EVERY:
+        try:
+            count = len(pool.sentinel_manager.discover_slaves(pool.service_name))
+        except redis.RedisError:
+            count = known[1] if known is not None else 0
+        known = _replicas_seen[pool] = (now, count)
+    return known[1]
+
+
+def wait_for_replicas(client: Any) -> int | None:
+    """Wait until the configured number of replicas has every write ``client``'s Redis
+    finished so far; returns how many acknowledged, or None when no wait is configured.
+    Raises :class:`ReplicasBehind` when too few did in time, Redis errors as they come."""
+    if isinstance(client, RedisCluster):
+        return None  # WAIT is per node: a cluster's shards would each need their own fence
+    command = wait_command(client)
+    if command is None:
+        return None
+    _, wanted, _ = command
+    pipe = client.pipeline(transaction=False)
+    pipe.set(REPLICATION_FENCE_KEY, wanted)
+    pipe.execute_command(*command)
+    acknowledged = int(pipe.execute()[-1])
+    if acknowledged < wanted:
+        timeout = settings().redis_wait_timeout
+        rediscover(client)
+        log_event("redis.replicas_behind", level=logging.WARNING, acknowledged=acknowledged,
+                  wanted=wanted, timeout=timeout)
+        raise ReplicasBehind(
+            f"a write reached {acknowledged} of {wanted} replicas within {timeout:g}s "
+            "(HOOKLINE_REDIS_WAIT_REPLICAS, HOOKLINE_REDIS_WAIT_TIMEOUT)")
+    return acknowledged
+
+
+def rediscover(client: Any) -> None:
+    """Ask the Sentinels again where the master is, when ``client`` is a Sentinel-managed
+    one: a master demoted by a failover keeps accepting writes (without replicas) until
+    Sentinel reconfigures it, about 10 s later, and redis-py asks only when it connects.
+    When the address changed, the idle connections to the old one are closed, so the write
+    that fails here is retried on the new master."""
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, SentinelConnectionPool):
+        with contextlib.suppress(redis.RedisError):  # none answers: the next connection asks
+            pool.get_master_address()
