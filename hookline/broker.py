@@ -13,15 +13,18 @@ fault run lost 2 of 3,000 events this way. Here one Lua script
 so a message is always on its list or in the unacked hash, and kombu's restore sweep brings
 back whatever a dead worker held.
 
-**Blocking without taking.** A script cannot block, so when every queue is empty the consumer
-blocks on a doorbell, a one-entry Redis stream that every push adds to (this transport's
-publish, kombu's restore, the retry releaser), reading from the id the script saw: a push
-between the script and the block wakes it at once. Several idle workers all wake, and one
-takes the message.
+**Blocking without taking, waking one.** A script cannot block, so when every queue is empty
+the consumer blocks with ``BLPOP`` on a doorbell: a list of wake-up tokens, one pushed with
+every message (this transport's publish, kombu's restore, the retry releaser). Redis hands a
+token to exactly one blocked client, so a message wakes one idle consumer, not all of them:
+Redis work per delivery stays flat as idle workers are added. The script that finds every
+queue empty also empties the doorbell in the same atomic step, so a token left there is for a
+message pushed after it: a push between the script and the block wakes it at once, and stale
+tokens (messages busy consumers took) wake nobody.
 
 **Mixed fleets.** A producer on the stock transport (or anything pushing onto the lists by
-hand) does not ring the doorbell; its messages are still taken, at the latest after the
-blocking read's timeout (kombu's ``brpop_timeout``, 1 s). With a ``global_keyprefix`` this
+hand) pushes no token; its messages are still taken, at the latest after the
+blocking wait's timeout (kombu's ``brpop_timeout``, 1 s). With a ``global_keyprefix`` this
 transport falls back to kombu's BRPOP.
 
 **Not messages.** An item on a queue's list that is not a kombu message (garbage pushed by
@@ -104,6 +107,20 @@ class QoS(kombu_redis.QoS):
             return
         super().append(message, delivery_tag)
 
+    def _remove_from_indices(self, delivery_tag: str, pipe: Any = None) -> Any:
+        """The acknowledgement's removal of the unacked record, in one round trip without
+        kombu's MULTI/EXEC (4 commands, now 2). The hash entry goes first: a client dying
+        between the two leaves an index entry without a record, which the restore sweep
+        drops without restoring anything (kombu's ``restore_by_tag``); never a record
+        without an index entry, which no sweep would find. Inside kombu's restore
+        transaction (``pipe`` given) its own order stands."""
+        if pipe is not None:
+            return super()._remove_from_indices(delivery_tag, pipe)
+        with self.channel.conn_or_acquire() as client:
+            return (client.pipeline(transaction=False)
+                    .hdel(self.unacked_key, delivery_tag)
+                    .zrem(self.unacked_index_key, delivery_tag))
+
     def restore_unacked(self, client: Any = None) -> None:
         """Put this channel's unacknowledged messages back on their queues (on close).
 
@@ -148,9 +165,9 @@ class Channel(kombu_redis.Channel):
         #: Their breaker and schedule-index keys, in that order: built when the set changes
         #: (a 'need'), not on every consume call.
         self._endpoint_keys: list[str] = []
-        #: The doorbell id to block from, after a consume found every queue empty: while it
-        #: is set, the command pending on the consuming connection is the blocking XREAD.
-        self._wait_from: str | None = None
+        #: A consume found every queue empty: the command pending on the consuming
+        #: connection is (or is about to be) the blocking BLPOP on the doorbell.
+        self._waiting = False
         self._shared_client: tuple[Any, Any] | None = None
         super().__init__(*args, **kwargs)
         if not self.global_keyprefix:
@@ -190,12 +207,10 @@ class Channel(kombu_redis.Channel):
         if not queues:
             return
         connection = self.client.connection
-        if self._wait_from is not None:
-            # Every queue was empty: block until a push rings the doorbell (or the timeout,
-            # for pushes that do not ring it), then consume again.
-            block_ms = max(1, round(timeout * 1000)) if timeout else 0
-            command: list[Any] = ["XREAD", "BLOCK", block_ms, "STREAMS", DOORBELL_KEY,
-                                  self._wait_from]
+        if self._waiting:
+            # Every queue was empty: block until a push leaves a token (or the timeout, for
+            # pushes that leave none), then consume again.
+            command: list[Any] = ["BLPOP", DOORBELL_KEY, round(timeout, 3) if timeout else 0]
         else:
             keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
                     for queue in queues]
@@ -216,11 +231,11 @@ class Channel(kombu_redis.Channel):
     def _brpop_read(self, **options: Any) -> Any:
         if self.global_keyprefix:
             return self._brpop_read_stock(**options)
-        waited = self._wait_from is not None
+        waited = self._waiting
         try:
             try:
                 reply = self.client.parse_response(
-                    self.client.connection, "XREAD" if waited else "EVALSHA", **options)
+                    self.client.connection, "BLPOP" if waited else "EVALSHA", **options)
             except NoScriptError:
                 self._load_script()
                 raise kombu_redis.Empty() from None
@@ -235,12 +250,12 @@ class Channel(kombu_redis.Channel):
             if flush_reauth is not None:
                 flush_reauth()
         if waited:
-            self._wait_from = None  # woken (or timed out): look at the queues again
+            self._waiting = False  # woken (or timed out): look at the queues again
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
         _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
         if kind == "empty":
-            self._wait_from = bytes_to_str(reply[1])
+            self._waiting = True
             raise kombu_redis.Empty()
         if kind == "more":
             raise kombu_redis.Empty()  # parked a batch of held deliveries: look again at once
@@ -303,7 +318,7 @@ class Channel(kombu_redis.Channel):
         if publish_batch is not None:
             # kombu 5.7's batched publish (``create_publish_batch``); kombu 5.6 never passes it.
             super()._put(queue, message, **kwargs)
-            publish_batch.add("xadd", DOORBELL_KEY, {"n": "1"}, "*", 1, False)
+            publish_batch.add("lpush", DOORBELL_KEY, "1")
             return None
         pri = self._get_message_priority(message, reverse=False)
         # Queue TTLs (x-expires) are kombu 5.7's; kombu 5.6 has no ``_expires``.

@@ -12,9 +12,11 @@ import re
 
 #: The set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
-#: The broker's doorbell: a one-entry stream every push onto a queue adds to, so idle
-#: consumers blocked on it wake (hookline/broker.py).
-DOORBELL_KEY = "hookline:broker:doorbell"
+#: The broker's doorbell: a list of wake-up tokens, one pushed with every message pushed onto
+#: a queue; an idle consumer blocks on it with BLPOP, so each token wakes exactly one of them
+#: (hookline/broker.py). A list, not the stream ``hookline:broker:doorbell`` of Hookline
+#: 0.2.0, which a worker of that version still rings and this one no longer reads.
+DOORBELL_KEY = "hookline:broker:tokens"
 
 # -- one endpoint (hash tag: the endpoint id) ------------------------------------------------
 

@@ -220,7 +220,7 @@ class RetrySchedule:
                 for message in messages:
                     if message:
                         pipe.lpush(queue, message)
-                ring(pipe)
+                ring(pipe, len(messages))
                 pipe.execute()
                 self.unpark([bytes_to_str(retry_id) for retry_id in ids])
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])

@@ -5,6 +5,7 @@ loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-l
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from hookline.store.connection import DOORBELL_KEY
-from tests.conftest import flushed, isolated_url, wait_until
+from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
 URL = isolated_url(9)
 QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
@@ -25,7 +26,11 @@ def db():
 
 
 def connect(**options) -> Connection:
-    return Connection(URL, transport=TRANSPORT, transport_options=options)
+    return connect_to(URL, **options)
+
+
+def connect_to(url: str, **options) -> Connection:
+    return Connection(url, transport=TRANSPORT, transport_options=options)
 
 
 def publish(conn: Connection, body: dict) -> None:
@@ -60,7 +65,7 @@ def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
         channel = conn.default_channel
         channel.basic_consume("broker-test", no_ack=False, callback=lambda m: None,
                               consumer_tag="t1")
-        channel._wait_from = None
+        channel._waiting = False
         conn.transport.cycle._register_BRPOP(channel)  # sends the take on the consuming connection
         wait_until(lambda: db.llen("broker-test") == 0)
         channel.client.connection.disconnect()  # "dies": the reply is never read
@@ -111,10 +116,10 @@ def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
         with acking(conn, got):
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=0.3)  # queue empty: now blocked on the doorbell
-            assert conn.default_channel._wait_from is not None
+            assert conn.default_channel._waiting
+            wait_until(lambda: any(c["cmd"] == "blpop" for c in db.client_list()))
             publish(producer_conn, {"n": 7})
-            assert db.xlen(DOORBELL_KEY) == 1
-            drain_until(conn, lambda: got)  # the doorbell wakes it, then it takes the message
+            drain_until(conn, lambda: got)  # the token wakes it, then it takes the message
         assert got == [{"n": 7}]
 
 
@@ -149,3 +154,80 @@ def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
         with acking(conn, got):
             drain_until(conn, lambda: got)
         assert got == [{"n": 1}]
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of this test's own: its command counts are this test's alone."""
+    server = PrivateRedis(tmp_path)
+    client = server.start()
+    yield server.url, client
+    client.close()
+    server.stop()
+
+
+def idle_consumers(url: str, count: int, got: list, stop: threading.Event) -> list:
+    """``count`` consumers of the test queue, each on its own connection and thread, with a
+    30 s blocking timeout (no wake-up but a push's during a test)."""
+    def consume() -> None:
+        with Connection(url, transport=TRANSPORT, transport_options={"brpop_timeout": 30}
+                        ) as conn, acking(conn, got):
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.3)
+
+    threads = [threading.Thread(target=consume, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def blocked(client: redis.Redis) -> int:
+    return sum(c["cmd"] == "blpop" for c in client.client_list())
+
+
+def test_a_message_wakes_one_idle_consumer_not_all(private_redis):
+    """Six idle consumers, messages published one at a time: each message wakes one of them,
+    which takes it and looks once more (two consume-script calls per message), instead of
+    all six (a doorbell every consumer reads: six or more calls per message)."""
+    url, client = private_redis
+    got: list = []
+    stop = threading.Event()
+    threads = idle_consumers(url, 6, got, stop)
+    try:
+        wait_until(lambda: blocked(client) == 6, what=lambda: client.client_list())
+        client.config_resetstat()
+        messages = 20
+        with connect_to(url) as producer:
+            for n in range(messages):
+                publish(producer, {"n": n})
+                wait_until(lambda n=n: len(got) == n + 1 and blocked(client) == 6,
+                           what=lambda: (len(got), blocked(client)))
+        calls = int(client.info("commandstats")["cmdstat_evalsha"]["calls"])
+        assert sorted(body["n"] for body in got) == list(range(messages))
+        assert calls / messages <= 2.5, f"{calls} consume calls for {messages} messages"
+        assert not client.exists(DOORBELL_KEY)  # no token left behind
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_tokens_of_messages_taken_meanwhile_wake_no_one_later(private_redis):
+    """Messages published while no consumer waits leave their tokens; the consumer that takes
+    the messages and finds the queues empty clears them, so they wake nobody afterwards."""
+    url, client = private_redis
+    with connect_to(url) as producer:
+        for n in range(5):
+            publish(producer, {"n": n})
+    assert client.llen(DOORBELL_KEY) == 5
+    got: list = []
+    stop = threading.Event()
+    threads = idle_consumers(url, 1, got, stop)
+    try:
+        wait_until(lambda: len(got) == 5 and blocked(client) == 1)
+        assert not client.exists(DOORBELL_KEY)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)

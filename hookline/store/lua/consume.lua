@@ -18,7 +18,11 @@
 -- dead-letters it as usual.
 -- KEYS[1]      the unacked hash (delivery tag -> [message, exchange, routing key])
 -- KEYS[2]      the unacked index (sorted set: delivery tag -> time taken)
--- KEYS[3]      the doorbell stream publishers add to after every push
+-- KEYS[3]      the doorbell: a list of wake-up tokens, one pushed with every message; idle
+--              consumers block on it with BLPOP (one token wakes one consumer). Emptied
+--              here when every queue is empty, so a token left there is for a message
+--              pushed after this call; trimmed to 1,000 on about every 16th message taken
+--              (producers push, nobody pops while every consumer is busy).
 -- KEYS[4..8]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
 -- KEYS[9..8+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
 --              Q = ARGV[6]
@@ -35,8 +39,9 @@
 --              {'bad', list key, item, parked...} for an item that is not a kombu message: it
 --                stays on its list until the caller has kept it in the dead-letter queue and
 --                removed it;
---              {'empty', last doorbell id, parked...} when every list is empty: the caller
---                blocks on the doorbell from that id, so a push in between is not missed;
+--              {'empty', '', parked...} when every list is empty (the doorbell emptied in the
+--                same step): the caller blocks on the doorbell, so a push in between is not
+--                missed;
 --              {'more', '', parked...} when ARGV[5] deliveries were parked: call again;
 --              {'need', endpoint id, parked...} when the next message is for an endpoint whose
 --                keys were not passed: it stays on its list; call again with them.
@@ -72,11 +77,15 @@ end
 
 -- The wait before the endpoint whose breaker is `breaker_key` takes a delivery again (with
 -- jitter, so a backlog does not come back at one instant), and why; nil when it takes one now.
-local function held(breaker_key)
+local function clock()
   if not now_ms then
     now_ms = redis_now_ms()
   end
-  local why, wait = endpoint_hold(breaker_key, now_ms)
+  return now_ms
+end
+
+local function held(breaker_key)
+  local why, wait = endpoint_hold(breaker_key, clock)
   if not why then
     return nil
   end
@@ -87,59 +96,84 @@ local function held(breaker_key)
 end
 
 local budget = tonumber(ARGV[5]) or 0
-local i = 9
-while i <= last_queue do
-  local item = redis.call('LINDEX', KEYS[i], -1)
-  if not item then
-    i = i + 1
-  else
-    local ok, message = pcall(cjson.decode, item)
-    local props = ok and type(message) == 'table' and message['properties']
-    local info = type(props) == 'table' and props['delivery_info']
-    local tag = type(props) == 'table' and props['delivery_tag']
-    if type(info) ~= 'table' or type(tag) ~= 'string' then
-      return reply('bad', KEYS[i], item)
+-- Redis 7 pops from the first non-empty list in one command (LMPOP); before that, each list
+-- is looked at in turn.
+local lmpop = nil
+if (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000 then
+  lmpop = {'LMPOP', queues}
+  for i = 9, last_queue do
+    lmpop[#lmpop + 1] = KEYS[i]
+  end
+  lmpop[#lmpop + 1] = 'RIGHT'
+end
+local function take()
+  if lmpop then
+    local popped = redis.call(unpack(lmpop))
+    if popped then
+      return popped[1], popped[2][1]
     end
-    local headers = message['headers']
-    local endpoint = type(headers) == 'table' and headers['hookline_endpoint']
-    local event = type(headers) == 'table' and headers['hookline_event']
-    local countdown, why, own = nil, nil, nil
-    if park_held and type(endpoint) == 'string' and type(event) == 'string'
-        and #endpoint <= 64 and string.find(endpoint, '^[%w][%w_.%-]*$') then
-      own = endpoint_keys[endpoint]
-      if not own then
-        return reply('need', endpoint)
-      end
-      countdown, why = held(own[1])
-    end
-    local meta = countdown and cjson.encode({endpoint_id = endpoint, event_id = event,
-      last_error = ''})
-    if countdown and not park_retry(schedule, own[2], endpoint .. '/' .. event, endpoint,
-                                    now_ms + countdown, item, meta, tonumber(ARGV[3]),
-                                    tonumber(ARGV[4])) then
-      redis.call('RPOP', KEYS[i])
-      local task_id = headers['id']
-      if type(task_id) ~= 'string' then
-        task_id = event
-      end
-      parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
-      if #parked >= budget then
-        return reply('more', '')
-      end
-    else
-      -- Not held, or the schedule is at a cap: a worker takes it.
-      redis.call('RPOP', KEYS[i])
-      -- The same record kombu's QoS.append writes: [raw message, exchange, routing key].
-      local record = '[' .. item .. ',' .. cjson.encode(tostring(info['exchange'] or '')) ..
-        ',' .. cjson.encode(tostring(info['routing_key'] or '')) .. ']'
-      redis.call('HSET', KEYS[1], tag, record)
-      redis.call('ZADD', KEYS[2], ARGV[1], tag)
-      return reply('message', KEYS[i], item)
+    return nil
+  end
+  for i = 9, last_queue do
+    local item = redis.call('RPOP', KEYS[i])
+    if item then
+      return KEYS[i], item
     end
   end
+  return nil
 end
-local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
-if #last > 0 then
-  return reply('empty', last[1][1])
+
+while true do
+  local key, item = take()
+  if not key then
+    break
+  end
+  local ok, message = pcall(cjson.decode, item)
+  local props = ok and type(message) == 'table' and message['properties']
+  local info = type(props) == 'table' and props['delivery_info']
+  local tag = type(props) == 'table' and props['delivery_tag']
+  if type(info) ~= 'table' or type(tag) ~= 'string' then
+    redis.call('RPUSH', key, item)  -- back where it was, until the caller has kept it
+    return reply('bad', key, item)
+  end
+  local headers = message['headers']
+  local endpoint = type(headers) == 'table' and headers['hookline_endpoint']
+  local event = type(headers) == 'table' and headers['hookline_event']
+  local countdown, why, own = nil, nil, nil
+  if park_held and type(endpoint) == 'string' and type(event) == 'string'
+      and #endpoint <= 64 and string.find(endpoint, '^[%w][%w_.%-]*$') then
+    own = endpoint_keys[endpoint]
+    if not own then
+      redis.call('RPUSH', key, item)  -- back where it was
+      return reply('need', endpoint)
+    end
+    countdown, why = held(own[1])
+  end
+  local meta = countdown and cjson.encode({endpoint_id = endpoint, event_id = event,
+    last_error = ''})
+  if countdown and not park_retry(schedule, own[2], endpoint .. '/' .. event, endpoint,
+                                  now_ms + countdown, item, meta, tonumber(ARGV[3]),
+                                  tonumber(ARGV[4])) then
+    local task_id = headers['id']
+    if type(task_id) ~= 'string' then
+      task_id = event
+    end
+    parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
+    if #parked >= budget then
+      return reply('more', '')
+    end
+  else
+    -- Not held, or the schedule is at a cap: a worker takes it.
+    -- The same record kombu's QoS.append writes: [raw message, exchange, routing key].
+    local record = '[' .. item .. ',' .. cjson.encode(tostring(info['exchange'] or '')) ..
+      ',' .. cjson.encode(tostring(info['routing_key'] or '')) .. ']'
+    redis.call('HSET', KEYS[1], tag, record)
+    redis.call('ZADD', KEYS[2], ARGV[1], tag)
+    if string.sub(tag, -1) == '0' then
+      redis.call('LTRIM', KEYS[3], 0, 999)
+    end
+    return reply('message', key, item)
+  end
 end
-return reply('empty', '0-0')
+redis.call('DEL', KEYS[3])
+return reply('empty', '')

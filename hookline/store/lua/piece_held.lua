@@ -4,7 +4,8 @@
 -- endpoint_hold(breaker_key, now)
 --   breaker_key  the endpoint's breaker hash (hookline:{ep}:breaker, passed in KEYS):
 --                state, open_until, probe_until, blocked_until
---   now          Redis time, milliseconds
+--   now          Redis time, milliseconds, or a function returning it: called only when
+--                the breaker is not plainly closed (consume.lua saves TIME on most messages)
 --   Returns why, wait_ms when the endpoint is held: why is 'breaker_open' (circuit open, the
 --   cool-down not over), 'breaker_probe' (half-open, another attempt is the probe) or
 --   'blocked' (a Retry-After from an earlier response holds back the whole endpoint);
@@ -15,6 +16,12 @@ local function endpoint_hold(breaker_key, now)
     'blocked_until')
   local state = breaker[1] or 'closed'
   local probe = false
+  if state == 'closed' and not breaker[4] then
+    return nil, 0, probe, state
+  end
+  if type(now) == 'function' then
+    now = now()
+  end
   if state == 'open' then
     local open_until = tonumber(breaker[2]) or 0
     if now < open_until then
