@@ -5,8 +5,10 @@
 -- KEYS[3]  hookline:{ep}:lease:<event>   in-flight lease, value = the holder's token
 -- KEYS[4]  hookline:{ep}:starts:<event>  attempts started and not yet settled (crash counter)
 -- KEYS[5]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token, blocked_until
--- KEYS[6]  hookline:{ep}:rate            rate limiter: tat (GCRA theoretical arrival time) and
---                                        book (latest slot booked by a deferred event), ms
+-- KEYS[6]  hookline:{ep}:rate            rate limiter: tat (GCRA theoretical arrival time),
+--                                        book (latest slot booked by a deferred event) and exp
+--                                        (when the key expires, so its TTL is pushed out only
+--                                        about once a minute, not on every event), ms
 -- KEYS[7]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
@@ -19,6 +21,8 @@
 -- ARGV[7]  this event's content digest (event type + canonical payload), '' to skip the check
 -- ARGV[8]  lifetime of a new digest binding, seconds (the done marker's)
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
+-- Commands: the four per-event strings are read with one MGET, the starts counter written
+-- with SET EX (not INCR + EXPIRE), the lease's PTTL read only when a lease is there.
 -- Returns, first element the verdict:
 --   {'conflict'}                         the event id is bound to another content: send nothing
 --   {'duplicate'}                        already delivered: send nothing
@@ -36,14 +40,12 @@
 --#include piece_held.lua
 -- The event id is an idempotency key: the first content that reached an existing endpoint
 -- with it (here or at enqueue, claim.lua) owns it; another content under it is a conflict.
-local bound = nil
-if ARGV[7] ~= '' then
-  bound = redis.call('GET', KEYS[7])
-  if bound and bound ~= ARGV[7] then
-    return {'conflict'}
-  end
+local strings = redis.call('MGET', KEYS[7], KEYS[2], KEYS[3], KEYS[4])
+local bound, done, holder, unsettled = strings[1], strings[2], strings[3], strings[4]
+if ARGV[7] ~= '' and bound and bound ~= ARGV[7] then
+  return {'conflict'}
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if done then
   return {'duplicate'}
 end
 local endpoint = redis.call('HGETALL', KEYS[1])
@@ -62,9 +64,11 @@ if config['enabled'] == '0' then
 end
 local lease_ms = tonumber(ARGV[2]) + 2 * ((tonumber(config['timeout']) or 0) * 1000 > 0
   and tonumber(config['timeout']) * 1000 or tonumber(ARGV[6]))
-local holder_ttl = redis.call('PTTL', KEYS[3])
-if holder_ttl > 0 then
-  return {'busy', holder_ttl}
+if holder then
+  local holder_ttl = redis.call('PTTL', KEYS[3])
+  if holder_ttl > 0 then
+    return {'busy', holder_ttl}
+  end
 end
 
 local now = redis_now_ms()
@@ -84,41 +88,52 @@ local transition = (probe and state == 'open') and 'half_open' or ''
 -- when it returns; it only does not queue again.
 local interval = tonumber(config['rate_interval_ms']) or 0
 local new_tat = nil
-local rate_ttl = 0
+local rate_until = 0
+local rate_exp = 0
+-- Write `field` of the limiter, which must live until a minute past `needed` (ms): its TTL
+-- is pushed out (two minutes past) only when the one set before falls short.
+local function write_rate(field, value, needed)
+  if rate_exp >= needed + 60000 then
+    redis.call('HSET', KEYS[6], field, value)
+    return
+  end
+  rate_exp = math.ceil(needed) + 120000
+  redis.call('HSET', KEYS[6], field, value, 'exp', rate_exp)
+  redis.call('PEXPIRE', KEYS[6], rate_exp - now)
+end
 if interval > 0 then
   local slot = tonumber(ARGV[5]) or 0
   if slot > 0 and now < slot then
     return {'deferred', 'rate_limited', slot - now, slot}
   end
   local tolerance = interval * ((tonumber(config['rate_burst']) or 1) - 1)
-  local limiter = redis.call('HMGET', KEYS[6], 'tat', 'book')
+  local limiter = redis.call('HMGET', KEYS[6], 'tat', 'book', 'exp')
   local tat = math.max(tonumber(limiter[1]) or 0, now)
   local book = tonumber(limiter[2]) or 0
+  rate_exp = tonumber(limiter[3]) or 0
   local queued = slot == 0 and book > now  -- others booked ahead: no jumping the queue
   if queued or tat - now > tolerance then
     if slot > 0 then
       return {'deferred', 'rate_limited', tat - tolerance - now, slot}  -- at the front already
     end
     local booked = math.max(book + interval, tat - tolerance)
-    redis.call('HSET', KEYS[6], 'book', booked)
-    redis.call('PEXPIRE', KEYS[6], math.ceil(booked - now) + 60000)
+    write_rate('book', booked, booked)
     return {'deferred', 'rate_limited', booked - now, booked}
   end
   new_tat = tat + interval
-  rate_ttl = math.ceil(math.max(new_tat, book) - now) + 60000
+  rate_until = math.max(new_tat, book)
 end
 
-local starts = redis.call('INCR', KEYS[4])
-redis.call('EXPIRE', KEYS[4], tonumber(ARGV[4]))
+local starts = (tonumber(unsettled) or 0) + 1
 if starts > tonumber(ARGV[3]) then
   redis.call('DEL', KEYS[4])
   return {'poison', starts - 1}
 end
+redis.call('SET', KEYS[4], starts, 'EX', tonumber(ARGV[4]))
 
 redis.call('SET', KEYS[3], ARGV[1], 'PX', math.ceil(lease_ms))
 if new_tat then
-  redis.call('HSET', KEYS[6], 'tat', new_tat)
-  redis.call('PEXPIRE', KEYS[6], rate_ttl)
+  write_rate('tat', new_tat, rate_until)
 end
 if probe then
   redis.call('HSET', KEYS[5], 'state', 'half_open', 'probe_until', now + math.ceil(lease_ms),
