@@ -193,9 +193,14 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 }
                 print(f"{name}: {result['cost'][name]}", flush=True)
         for workers in (1, options.idle_workers):
-            with ExitStack() as part:
+            with ExitStack() as part:  # a fresh Redis for each
+                server, client = private_redis(part, f"idle{workers}", workdir)
+                os.environ["REDIS_URL"] = server.url
+                from hookline.core.config import configure
+
+                configure()  # this process publishes there too
                 contender = Contender("hookline", part, workdir, receiver, workers, 4,
-                                      hook_server, hook_client)
+                                      server, client)
                 batch(contender, f"idle{workers}-warm", 20 * workers)
                 events = round(options.rate * options.seconds)
                 result["idle"][str(workers)] = batch(contender, f"idle{workers}", events,
