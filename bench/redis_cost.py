@@ -60,10 +60,13 @@ class Meter:
 
     def per_event(self, events: int, own_reads: int) -> dict[str, Any]:
         end = self._read()
+        stats = self.client.info("commandstats")
         calls = {name.removeprefix("cmdstat_"): int(value["calls"])
-                 for name, value in self.client.info("commandstats").items()}
+                 for name, value in stats.items()}
+        usec = {name.removeprefix("cmdstat_"): int(value["usec"]) for name, value in stats.items()}
         for name in OWN_COMMANDS:
             calls.pop(name, None)
+            usec.pop(name, None)
         scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
         return {
             "events": events,
@@ -75,6 +78,10 @@ class Meter:
             "redis_cpu_ms": round((end["cpu"] - self.start["cpu"]) * 1000 / events, 3),
             "by_command": {n: round(c / events, 2) for n, c in
                            sorted(calls.items(), key=lambda item: -item[1])},
+            # Redis's own time in each command (EVALSHA's includes the commands its script
+            # ran, which are counted under their names too), microseconds per delivery.
+            "usec_by_command": {n: round(u / events, 1) for n, u in
+                                sorted(usec.items(), key=lambda item: -item[1])},
         }
 
 
