@@ -44,12 +44,14 @@ def starts_key(endpoint_id: str, event_id: str) -> str:
 
 
 def breaker_key(endpoint_id: str) -> str:
-    """Circuit breaker and Retry-After block of one endpoint (a hash)."""
+    """Circuit breaker, Retry-After block and rate limiter (GCRA ``tat`` and ``book``, ms of
+    Redis time) of one endpoint (a hash: admit reads them all with one HMGET)."""
     return f"hookline:{{{endpoint_id}}}:breaker"
 
 
 def rate_key(endpoint_id: str) -> str:
-    """The rate limiter's theoretical arrival time (GCRA), milliseconds of Redis time."""
+    """Where Hookline 0.2.0 kept the rate limiter (now in :func:`breaker_key`'s hash); still
+    deleted with the endpoint, and expires on its own."""
     return f"hookline:{{{endpoint_id}}}:rate"
 
 

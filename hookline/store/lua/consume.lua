@@ -75,8 +75,7 @@ local function reply(kind, a, b)
   return out
 end
 
--- The wait before the endpoint whose breaker is `breaker_key` takes a delivery again (with
--- jitter, so a backlog does not come back at one instant), and why; nil when it takes one now.
+-- Redis time, read once and only when needed: a plainly closed breaker needs none.
 local function clock()
   if not now_ms then
     now_ms = redis_now_ms()
@@ -84,6 +83,8 @@ local function clock()
   return now_ms
 end
 
+-- The wait before the endpoint whose breaker is `breaker_key` takes a delivery again (with
+-- jitter, so a backlog does not come back at one instant), and why; nil when it takes one now.
 local function held(breaker_key)
   local why, wait = endpoint_hold(breaker_key, clock)
   if not why then
