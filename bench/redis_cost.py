@@ -15,9 +15,10 @@ default set-up), with the bench process publishing and a loopback receiver answe
    scripts (EVAL/EVALSHA), round trips (``INFO stats`` ``total_reads_processed``: socket reads
    Redis served; a pipeline or a blocking command's wake-up is one), Redis CPU
    (``used_cpu_user + used_cpu_sys``). The bench's own INFO/CONFIG calls are left out.
-2. **Idle workers** (``idle``): 1 then W Hookline worker processes (``-P threads -c 4``), every
-   one consuming and idle, then S seconds of R events/s; Redis CPU per event with W over with
-   1 (the issue's target: at most 1.2).
+2. **Idle workers** (``idle``): 1 then W Hookline worker processes (``-P threads -c 4``) on a
+   fresh Redis each, every one consuming and idle, then S seconds of R events/s; in turn for
+   ``--rounds`` rounds (the machine's speed drifts). Redis CPU per event with W over with 1
+   (the issue's target: at most 1.2), and consume calls (LMPOP) per event.
 
 Prints a markdown table and writes ``bench/results/redis_cost.json``. Everything it starts is
 stopped on the way out, Ctrl-C included.
@@ -184,7 +185,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         receiver = FastReceiver()
         stack.callback(receiver.stop)
         result: dict[str, Any] = {"machine": info, "events": options.events,
-                                  "rate": options.rate, "cost": {}, "idle": {}}
+                                  "rate": options.rate, "rounds": options.rounds, "cost": {},
+                                  "idle": {}}
         with ExitStack() as part:
             contenders = {
                 "naive": Contender("naive", part, workdir, receiver, 1, 16, naive_server,
@@ -199,20 +201,33 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                     "paced": batch(contender, "paced", options.events // 4, options.rate),
                 }
                 print(f"{name}: {result['cost'][name]}", flush=True)
-        for workers in (1, options.idle_workers):
-            with ExitStack() as part:  # a fresh Redis for each
-                server, client = private_redis(part, f"idle{workers}", workdir)
-                os.environ["REDIS_URL"] = server.url
-                from hookline.core.config import configure
+        runs: dict[str, list[dict[str, Any]]] = {"1": [], str(options.idle_workers): []}
+        for number in range(options.rounds):  # in turn: the machine's speed drifts
+            for workers in (1, options.idle_workers):
+                with ExitStack() as part:  # a fresh Redis for each
+                    server, client = private_redis(part, f"idle{workers}-{number}", workdir)
+                    os.environ["REDIS_URL"] = server.url
+                    from hookline.core.config import configure
 
-                configure()  # this process publishes there too
-                contender = Contender("hookline", part, workdir, receiver, workers, 4,
-                                      server, client)
-                batch(contender, f"idle{workers}-warm", 20 * workers)
-                events = round(options.rate * options.seconds)
-                result["idle"][str(workers)] = batch(contender, f"idle{workers}", events,
-                                                     options.rate)
-                print(f"{workers} workers: {result['idle'][str(workers)]}", flush=True)
+                    configure()  # this process publishes there too
+                    contender = Contender("hookline", part, workdir, receiver, workers, 4,
+                                          server, client)
+                    batch(contender, f"idle{workers}-warm", 20 * workers)
+                    events = round(options.rate * options.seconds)
+                    runs[str(workers)].append(batch(contender, f"idle{workers}-{number}",
+                                                    events, options.rate))
+                    print(f"{workers} workers: {runs[str(workers)][-1]['redis_cpu_ms']} ms",
+                          flush=True)
+        for key, each in runs.items():
+            events = sum(run["events"] for run in each)
+            result["idle"][key] = {
+                "redis_cpu_ms": round(sum(run["redis_cpu_ms"] * run["events"] for run in each)
+                                      / events, 3),
+                "rounds_redis_cpu_ms": [run["redis_cpu_ms"] for run in each],
+                "consume_calls": round(sum(run["by_command"].get("lmpop", 0) * run["events"]
+                                           for run in each) / events, 2),
+                "runs": each,
+            }
         one, many = (result["idle"][str(n)]["redis_cpu_ms"] for n in (1, options.idle_workers))
         result["idle"]["ratio"] = round(many / one, 2) if one else None
         return result
@@ -235,11 +250,12 @@ def report(result: dict[str, Any]) -> str:
                        ("redis_cpu_ms", "Redis CPU, ms")):
         row = [cost[c][m][key] for m in ("batch", "paced") for c in ("naive", "hookline")]
         lines.append(f"| {label} | {row[0]} | {row[1]} | {row[2]} | {row[3]} |")
-    lines += ["", f"Idle workers, {result['rate']} events/s: Redis CPU per event "
-              f"{idle['1']['redis_cpu_ms']} ms with 1 worker, {idle[workers]['redis_cpu_ms']} "
-              f"ms with {workers}: ratio {idle['ratio']} (target <= 1.2); consume scripts per "
-              f"event {idle['1']['by_command'].get('evalsha', 0)} / "
-              f"{idle[workers]['by_command'].get('evalsha', 0)} (all scripts)"]
+    lines += ["", f"Idle workers, {result['rate']} events/s, {result['rounds']} rounds in "
+              f"turn: Redis CPU per event {idle['1']['redis_cpu_ms']} ms with 1 worker "
+              f"(rounds {idle['1']['rounds_redis_cpu_ms']}), {idle[workers]['redis_cpu_ms']} ms "
+              f"with {workers} ({idle[workers]['rounds_redis_cpu_ms']}): ratio {idle['ratio']} "
+              f"(target <= 1.2); consume calls per event {idle['1']['consume_calls']} / "
+              f"{idle[workers]['consume_calls']}"]
     return "\n".join(lines)
 
 
@@ -249,11 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="paced events per second")
     parser.add_argument("--seconds", type=float, default=20.0, help="idle-workers run length")
     parser.add_argument("--idle-workers", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=2, help="idle-workers rounds, in turn")
     parser.add_argument("--output", type=Path, default=RESULTS)
     options = parser.parse_args(argv)
     if options.events < 4 or options.rate <= 0 or options.seconds <= 0 or \
-            options.idle_workers < 2:
-        parser.error("--events >= 4, --rate and --seconds > 0, --idle-workers >= 2")
+            options.idle_workers < 2 or options.rounds < 1:
+        parser.error("--events >= 4, --rate and --seconds > 0, --idle-workers >= 2, "
+                     "--rounds >= 1")
     return run_bench(run, options, report)
 
 

@@ -205,6 +205,8 @@ class RetrySchedule:
                 if not candidates and offset:
                     offset = 0
                     continue
+                if not candidates:
+                    return 0, None  # nothing scheduled: an idle releaser runs no script
                 reply = self._release(
                     keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY, *map(index_key, candidates)],
                     args=[batch, limit, "push", *candidates])
