@@ -157,10 +157,12 @@ class Contender:
         return started
 
     def wait_consuming(self, timeout: float = 90.0) -> None:
-        """Until every worker's consumer blocks on BRPOP (Hookline's transport: on XREAD)."""
+        """Until every worker's consumer blocks on BRPOP (Hookline's transport: BLPOP on its
+        doorbell, and each worker's releaser BLPOP on the schedule's wake list)."""
         deadline = time.monotonic() + timeout
-        blocking = ("brpop", "xread")
-        while sum(c.get("cmd") in blocking for c in self.client.client_list()) < len(self.workers):
+        command, per_worker = ("blpop", 2) if self.hookline else ("brpop", 1)
+        while sum(c.get("cmd") == command for c in self.client.client_list()) < \
+                per_worker * len(self.workers):
             for worker in self.workers:
                 worker.check_alive()
             if time.monotonic() > deadline:

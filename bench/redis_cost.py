@@ -123,8 +123,8 @@ class Contender:
             worker.check_alive()
 
     def wait_consuming(self, timeout: float = 90.0) -> None:
-        """Until every worker's consumer blocks (BRPOP, BLPOP or XREAD on the broker), so
-        that a measure starts with all of them idle."""
+        """Until every worker's consumer blocks (BRPOP, or Hookline's BLPOP on its doorbell;
+        0.2.0's XREAD), so that a measure starts with all of them idle."""
         deadline = time.monotonic() + timeout
         blocking = {"brpop", "blpop", "xread"}
         releasers = len(self.workers) if self.name == "hookline" else 0  # BLPOP on the wake key

@@ -56,9 +56,15 @@ def kill_worker(worker: Worker) -> None:
 
 
 def wait_consuming(client: redis.Redis, worker: Worker, timeout: float = 60.0) -> None:
-    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or XREAD (Hookline's)."""
+    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or BLPOP (Hookline's,
+    on its doorbell; its releaser blocks with BLPOP too, on the schedule's wake list)."""
     deadline = time.monotonic() + timeout
-    while not any(c.get("cmd") in ("brpop", "xread") for c in client.client_list()):
+
+    def blocked() -> bool:
+        commands = [c.get("cmd") for c in client.client_list()]
+        return "brpop" in commands or commands.count("blpop") >= 2
+
+    while not blocked():
         worker.check_alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"the worker did not start consuming in {timeout:.0f}s")
