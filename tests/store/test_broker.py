@@ -5,6 +5,7 @@ loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-l
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 
@@ -12,7 +13,8 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from hookline.store.connection import DOORBELL_KEY
+from hookline.store.connection import DOORBELL_KEY, load_script
+from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
 URL = isolated_url(9)
@@ -231,3 +233,33 @@ def test_tokens_of_messages_taken_meanwhile_wake_no_one_later(private_redis):
         stop.set()
         for thread in threads:
             thread.join(10)
+
+
+def envelope(tag: str) -> str:
+    """A kombu message for the test queue, with delivery tag ``tag``."""
+    return json.dumps({
+        "body": "e30=", "content-encoding": "utf-8", "content-type": "application/json",
+        "headers": {}, "properties": {
+            "delivery_tag": tag, "body_encoding": "base64", "priority": 0,
+            "delivery_info": {"exchange": "broker-test", "routing_key": "broker-test"}}})
+
+
+def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
+    """Producers push a token per message; while every consumer is busy nobody pops them.
+    A take whose delivery tag ends in 0 (one in 16 of kombu's uuid tags) trims the list to
+    1,000 tokens; the queue is not empty yet, so it is not emptied."""
+    db.lpush(DOORBELL_KEY, *["1"] * 1500)
+    db.lpush("broker-test", envelope("first-1"), envelope("second-0"), envelope("third-1"))
+    consume = load_script("consume")
+
+    def take() -> list:
+        return db.eval(consume, 9, "unacked", "unacked_index", DOORBELL_KEY, *SCHEDULE_KEYS,
+                       WAKE_KEY, "broker-test", repr(time.time()), "0", 1000, 1000, 200, 1)
+
+    assert take()[:2] == ["message", "broker-test"]  # first-1: no trim
+    assert db.llen(DOORBELL_KEY) == 1500
+    assert take()[:2] == ["message", "broker-test"]  # second-0
+    assert db.llen(DOORBELL_KEY) == 1000
+    assert sorted(db.hkeys("unacked")) == ["first-1", "second-0"]
+    take()
+    assert take()[0] == "empty" and not db.exists(DOORBELL_KEY)
