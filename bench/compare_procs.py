@@ -157,11 +157,12 @@ class Contender:
         return started
 
     def wait_consuming(self, timeout: float = 90.0) -> None:
-        """Until every worker's consumer blocks on BRPOP (Hookline's transport: BLPOP on its
-        doorbell, and each worker's releaser BLPOP on the schedule's wake list)."""
+        """Until every worker's consumer blocks on BRPOP (Hookline's transport: BLMPOP on its
+        doorbell, BLPOP before Redis 7; and each worker's releaser BLPOP on the schedule's
+        wake list)."""
         deadline = time.monotonic() + timeout
-        command, per_worker = ("blpop", 2) if self.hookline else ("brpop", 1)
-        while sum(c.get("cmd") == command for c in self.client.client_list()) < \
+        commands, per_worker = (("blmpop", "blpop"), 2) if self.hookline else (("brpop",), 1)
+        while sum(c.get("cmd") in commands for c in self.client.client_list()) < \
                 per_worker * len(self.workers):
             for worker in self.workers:
                 worker.check_alive()

@@ -123,10 +123,11 @@ class Contender:
             worker.check_alive()
 
     def wait_consuming(self, timeout: float = 90.0) -> None:
-        """Until every worker's consumer blocks (BRPOP, or Hookline's BLPOP on its doorbell;
-        0.2.0's XREAD), so that a measure starts with all of them idle."""
+        """Until every worker's consumer blocks (BRPOP, or Hookline's BLMPOP on its doorbell;
+        0.2.0's XREAD) and its releaser too (BLPOP), so that a measure starts with all of
+        them idle."""
         deadline = time.monotonic() + timeout
-        blocking = {"brpop", "blpop", "xread"}
+        blocking = {"brpop", "blpop", "blmpop", "xread"}
         releasers = len(self.workers) if self.name == "hookline" else 0  # BLPOP on the wake key
         while True:
             blocked = sum(c.get("cmd") in blocking for c in self.client.client_list())

@@ -56,13 +56,14 @@ def kill_worker(worker: Worker) -> None:
 
 
 def wait_consuming(client: redis.Redis, worker: Worker, timeout: float = 60.0) -> None:
-    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or BLPOP (Hookline's,
-    on its doorbell; its releaser blocks with BLPOP too, on the schedule's wake list)."""
+    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or BLMPOP (Hookline's,
+    on its doorbell, BLPOP before Redis 7; its releaser blocks with BLPOP, on the schedule's
+    wake list)."""
     deadline = time.monotonic() + timeout
 
     def blocked() -> bool:
         commands = [c.get("cmd") for c in client.client_list()]
-        return "brpop" in commands or commands.count("blpop") >= 2
+        return "brpop" in commands or commands.count("blmpop") + commands.count("blpop") >= 2
 
     while not blocked():
         worker.check_alive()

@@ -14,13 +14,15 @@ so a message is always on its list or in the unacked hash, and kombu's restore s
 back whatever a dead worker held.
 
 **Blocking without taking, waking one.** A script cannot block, so when every queue is empty
-the consumer blocks with ``BLPOP`` on a doorbell: a list of wake-up tokens, one pushed with
-every message (this transport's publish, kombu's restore, the retry releaser). Redis hands a
-token to exactly one blocked client, so a message wakes one idle consumer, not all of them:
-Redis work per delivery stays flat as idle workers are added. The script that finds every
-queue empty also empties the doorbell in the same atomic step, so a token left there is for a
-message pushed after it: a push between the script and the block wakes it at once, and stale
-tokens (messages busy consumers took) wake nobody.
+the consumer blocks on a doorbell (``BLMPOP ... COUNT 2``; ``BLPOP`` before Redis 7): a list
+of wake-up tokens, one pushed with every message (this transport's publish, kombu's restore,
+the retry releaser). Redis hands a token to exactly one blocked client, so a message wakes
+one idle consumer, not all of them: Redis work per delivery stays flat as idle workers are
+added. The script that finds every queue empty also empties the doorbell in the same atomic
+step, so a token left there is for a message pushed after it: a push between the script and
+the block wakes it at once, and stale tokens (messages busy consumers took) wake nobody. A
+consumer woken with a single token takes one message and waits again (a message pushed
+meanwhile left its token); with two it consumes until the queues are empty.
 
 **Mixed fleets.** A producer on the stock transport (or anything pushing onto the lists by
 hand) pushes no token; its messages are still taken, at the latest after the
@@ -165,9 +167,15 @@ class Channel(kombu_redis.Channel):
         #: Their breaker and schedule-index keys, in that order: built when the set changes
         #: (a 'need'), not on every consume call.
         self._endpoint_keys: list[str] = []
-        #: A consume found every queue empty: the command pending on the consuming
-        #: connection is (or is about to be) the blocking BLPOP on the doorbell.
+        #: The command pending on the consuming connection is (or is about to be) the
+        #: blocking wait on the doorbell: a consume found every queue empty, or took the one
+        #: message a push woke this consumer for.
         self._waiting = False
+        #: The last wait ended with a single token: a push woke this consumer for one
+        #: message, so once it is taken, wait again rather than look at the queues once more.
+        self._single_wake = False
+        #: The broker is Redis 7 or later (the wait is BLMPOP ... COUNT 2); None: not known.
+        self._blmpop: bool | None = None
         self._shared_client: tuple[Any, Any] | None = None
         super().__init__(*args, **kwargs)
         if not self.global_keyprefix:
@@ -208,9 +216,16 @@ class Channel(kombu_redis.Channel):
             return
         connection = self.client.connection
         if self._waiting:
-            # Every queue was empty: block until a push leaves a token (or the timeout, for
-            # pushes that leave none), then consume again.
-            command: list[Any] = ["BLPOP", DOORBELL_KEY, round(timeout, 3) if timeout else 0]
+            # Block until a push leaves a token (or the timeout, for pushes that leave none),
+            # then consume again. Up to two tokens: two say that more than one message
+            # waits (see _brpop_read).
+            block = round(timeout, 3) if timeout else 0
+            if self._blmpop is None:
+                with self.conn_or_acquire() as client:
+                    version = str(client.info("server")["redis_version"])
+                self._blmpop = int(version.split(".")[0]) >= 7
+            command: list[Any] = (["BLMPOP", block, 1, DOORBELL_KEY, "LEFT", "COUNT", 2]
+                                  if self._blmpop else ["BLPOP", DOORBELL_KEY, block])
         else:
             keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
                     for queue in queues]
@@ -235,7 +250,7 @@ class Channel(kombu_redis.Channel):
         try:
             try:
                 reply = self.client.parse_response(
-                    self.client.connection, "BLPOP" if waited else "EVALSHA", **options)
+                    self.client.connection, "BLMPOP" if waited else "EVALSHA", **options)
             except NoScriptError:
                 self._load_script()
                 raise kombu_redis.Empty() from None
@@ -250,12 +265,20 @@ class Channel(kombu_redis.Channel):
             if flush_reauth is not None:
                 flush_reauth()
         if waited:
-            self._waiting = False  # woken (or timed out): look at the queues again
+            # Woken: look at the queues again. One token: a push woke this consumer for one
+            # message; once it is taken the queues are most likely empty, and a message
+            # pushed meanwhile has left its token, so wait again at once (a consume call
+            # less per message at low rates). Two tokens, or none (the timeout: pushes that
+            # leave none, kombu's stock transport): consume until the queues are empty.
+            self._waiting = False
+            tokens = 0 if reply is None else (len(reply[1]) if self._blmpop else 1)
+            self._single_wake = tokens == 1
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
         _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
         if kind == "empty":
             self._waiting = True
+            self._single_wake = False
             raise kombu_redis.Empty()
         if kind == "more":
             raise kombu_redis.Empty()  # parked a batch of held deliveries: look again at once
@@ -277,6 +300,9 @@ class Channel(kombu_redis.Channel):
         dest = key.rsplit(self.sep, 1)[0]
         self._queue_cycle.rotate(dest)
         tag = message["properties"]["delivery_tag"]
+        if self._single_wake:
+            self._single_wake = False
+            self._waiting = True
         self._recorded.add(tag)
         try:
             self.connection._deliver(message, dest)
