@@ -3,7 +3,7 @@
 test's own, with real worker processes and a real receiver.
 
 - A plain successful delivery with every gate on (idempotency, breaker, rate limit, attempt
-  history), one at a time so each also pays for waking its idle worker: at most 38 commands
+  history), one at a time so each also pays for waking its idle worker: at most 34 commands
   (it was 56 with the stream doorbell, LINDEX per queue, INCR + EXPIRE, MULTI/EXEC acks...;
   ``python -m bench.redis_cost`` measures the same and more).
 - Six idle workers: a message wakes one of them, which takes it and waits again, so the
@@ -25,8 +25,8 @@ from tests.conftest import PrivateRedis, wait_until
 
 pytestmark = pytest.mark.scale
 
-#: Commands per delivery, one event at a time (measured 35.7 to 36.0 on 2026-12-01).
-MOST_COMMANDS = 38
+#: Commands per delivery, one event at a time (measured 31.8 to 31.9 on 2026-12-01).
+MOST_COMMANDS = 34
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def deliver_one_at_a_time(client: redis.Redis, endpoint_id: str, prefix: str, co
                    and idle(client, workers), timeout=20)
 
 
-def test_a_delivery_with_every_gate_on_costs_at_most_38_redis_commands(
+def test_a_delivery_with_every_gate_on_costs_at_most_34_redis_commands(
         own_redis, receiver, start_worker):
     url, client = own_redis
     endpoint = EndpointRegistry(client).add("cost", receiver.url("/cost"), rate="1000/s",
@@ -82,7 +82,7 @@ def test_a_delivery_with_every_gate_on_costs_at_most_38_redis_commands(
     per_delivery = sum(counted.values()) / events
     assert len(receiver.requests_to("/cost")) == events + 5
     assert per_delivery <= MOST_COMMANDS, f"{per_delivery:.1f} commands per delivery: {counted}"
-    assert counted.get("evalsha", 0) / events <= 4.5, counted  # consume x2, admit, settle
+    assert counted.get("evalsha", 0) / events <= 3.5, counted  # consume, admit, settle
 
 
 def test_a_message_wakes_one_of_six_idle_workers(own_redis, receiver, start_worker):
@@ -96,8 +96,10 @@ def test_a_message_wakes_one_of_six_idle_workers(own_redis, receiver, start_work
     client.config_resetstat()
     events = 30
     deliver_one_at_a_time(client, endpoint.id, "evt", events, 6)
-    # LMPOP runs once in each consume call that takes a message or finds none. Besides the
-    # one per message, each idle worker looks once per second (its blocking timeout).
+    # LMPOP runs once in each consume call that takes a message or finds none: one per
+    # message, and one per blocking timeout (1 s) of a worker no message woke meanwhile (none
+    # when events come quicker than every 1/6 s; a slow machine may see some). Waking every
+    # idle worker would make six or more per message.
     consumes = calls(client).get("lmpop", 0)
     assert len(receiver.requests_to("/wake")) == events + 6
-    assert events <= consumes <= 2 * events, f"{consumes} consume calls for {events} messages"
+    assert events <= consumes <= 3 * events, f"{consumes} consume calls for {events} messages"
