@@ -152,7 +152,7 @@ class Contender:
             pipe = self.client.pipeline(transaction=False)
             pipe.lpush(self.queue, *messages[at:at + 1000])
             if self.hookline:  # as Hookline's transport publishes: wake idle consumers
-                ring(pipe, len(messages[at:at + 1000]))
+                ring(pipe, self.queue, len(messages[at:at + 1000]))
             pipe.execute()
         return started
 

@@ -107,7 +107,7 @@ def publish(client: redis.Redis, celery_app: Any, task: str, queue: str, count: 
                 celery_app, task_name=task, task_id=event_id,
                 args=[ENDPOINT, "bench.retry", {"n": n}], kwargs={"event_id": event_id},
                 retries=0, queue=queue))
-        ring(pipe, min(count, start + 1000) - start)  # one token per message, as on publish
+        ring(pipe, queue, min(count, start + 1000) - start)  # one token per message, as on publish
         pipe.execute()
     return time.perf_counter() - started
 

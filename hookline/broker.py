@@ -55,7 +55,7 @@ from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.delivery.retries import dead_letter_text
 from hookline.store.connection import load_script, ring
-from hookline.store.keys import DOORBELL_KEY, breaker_key, schedule_endpoint_key
+from hookline.store.keys import breaker_key, doorbell_key, schedule_endpoint_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 
 logger = logging.getLogger("hookline")
@@ -224,18 +224,20 @@ class Channel(kombu_redis.Channel):
                 with self.conn_or_acquire() as client:
                     version = str(client.info("server")["redis_version"])
                 self._blmpop = int(version.split(".")[0]) >= 7
-            command: list[Any] = (["BLMPOP", block, 1, DOORBELL_KEY, "LEFT", "COUNT", 2]
-                                  if self._blmpop else ["BLPOP", DOORBELL_KEY, block])
+            bells = [doorbell_key(queue) for queue in queues]
+            command: list[Any] = (["BLMPOP", block, len(bells), *bells, "LEFT", "COUNT", 2]
+                                  if self._blmpop else ["BLPOP", *bells, block])
         else:
             keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
                     for queue in queues]
+            bells = [doorbell_key(queue) for _ in self.priority_steps for queue in queues]
             config = settings()
             park_held = config.broker_url == config.redis_url
             endpoints = list(self._endpoints) if park_held else []
             endpoint_keys = self._endpoint_keys if park_held else []
-            command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys) + len(endpoint_keys),
-                       self.unacked_key, self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS,
-                       WAKE_KEY, *keys, *endpoint_keys,
+            command = ["EVALSHA", _CONSUME_SHA, 7 + 2 * len(keys) + len(endpoint_keys),
+                       self.unacked_key, self.unacked_index_key, *SCHEDULE_KEYS, WAKE_KEY,
+                       *keys, *bells, *endpoint_keys,
                        repr(time()), "1" if park_held else "0", config.schedule_max,
                        config.schedule_max_per_endpoint, PARK_BATCH, len(keys), *endpoints]
         self._in_poll = connection
@@ -344,7 +346,7 @@ class Channel(kombu_redis.Channel):
         if publish_batch is not None:
             # kombu 5.7's batched publish (``create_publish_batch``); kombu 5.6 never passes it.
             super()._put(queue, message, **kwargs)
-            publish_batch.add("lpush", DOORBELL_KEY, "1")
+            publish_batch.add("lpush", doorbell_key(queue), "1")
             return None
         pri = self._get_message_priority(message, reverse=False)
         # Queue TTLs (x-expires) are kombu 5.7's; kombu 5.6 has no ``_expires``.
@@ -355,7 +357,7 @@ class Channel(kombu_redis.Channel):
             if expires and queue in expires:
                 for step in self.priority_steps:
                     pipe.pexpire(self._q_for_pri(queue, step), expires[queue])
-            ring(pipe)
+            ring(pipe, queue)
             pipe.execute()
         return None
 
@@ -363,7 +365,14 @@ class Channel(kombu_redis.Channel):
                             leftmost: bool = False) -> None:
         super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)
         if not self.global_keyprefix:
-            ring(pipe)
+            try:
+                queues = self._lookup(exchange, routing_key)
+            except self.connection_errors:
+                raise
+            except Exception:  # kombu logged it: nothing was restored to ring for
+                return
+            for queue in queues:
+                ring(pipe, queue)
 
 
 class Transport(kombu_redis.Transport):

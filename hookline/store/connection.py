@@ -15,7 +15,7 @@ from importlib import resources
 import redis
 
 from hookline.core.config import settings
-from hookline.store.keys import DOORBELL_KEY
+from hookline.store.keys import doorbell_key
 
 _lock = threading.Lock()
 _client: tuple[int, str, redis.Redis] | None = None
@@ -24,10 +24,11 @@ _client: tuple[int, str, redis.Redis] | None = None
 RING_MAX = 64
 
 
-def ring(pipe: redis.Redis | redis.client.Pipeline, count: int = 1) -> object:
-    """Push ``count`` wake-up tokens onto the doorbell list in ``pipe`` (a pipeline or
-    client), after pushing ``count`` messages onto a queue: each wakes one idle consumer."""
-    return pipe.lpush(DOORBELL_KEY, *["1"] * max(1, min(count, RING_MAX)))
+def ring(pipe: redis.Redis | redis.client.Pipeline, queue: str, count: int = 1) -> object:
+    """Push ``count`` wake-up tokens onto ``queue``'s doorbell in ``pipe`` (a pipeline or
+    client), after pushing ``count`` messages onto that queue: each wakes one idle consumer
+    of it."""
+    return pipe.lpush(doorbell_key(queue), *["1"] * max(1, min(count, RING_MAX)))
 
 
 def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> redis.Redis:

@@ -12,11 +12,17 @@ import re
 
 #: The set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
-#: The broker's doorbell: a list of wake-up tokens, one pushed with every message pushed onto
-#: a queue; an idle consumer blocks on it with BLPOP, so each token wakes exactly one of them
-#: (hookline/broker.py). A list, not the stream ``hookline:broker:doorbell`` of Hookline
+#: The broker's doorbells, one per queue (:func:`doorbell_key`): lists of wake-up tokens, one
+#: pushed with every message pushed onto the queue; an idle consumer blocks on its queues'
+#: doorbells (BLMPOP), so each token wakes exactly one consumer of that queue
+#: (hookline/broker.py). Lists, not the one stream ``hookline:broker:doorbell`` of Hookline
 #: 0.2.0, which a worker of that version still rings and this one no longer reads.
 DOORBELL_KEY = "hookline:broker:tokens"
+
+
+def doorbell_key(queue: str) -> str:
+    """The doorbell of the broker queue named ``queue`` (all its priority lists share it)."""
+    return f"{DOORBELL_KEY}:{queue}"
 
 # -- one endpoint (hash tag: the endpoint id) ------------------------------------------------
 

@@ -29,13 +29,13 @@ from hookline.store import connection as store
 from hookline.store.connection import ring
 from hookline.store.keys import (
     COUNTS_KEY,
-    DOORBELL_KEY,
     DUE_KEY,
     MESSAGES_KEY,
     META_KEY,
     RELEASING_KEY,
     SCHEDULE_KEYS,
     WAKE_KEY,
+    doorbell_key,
     glob_escaped,
     schedule_endpoint_key,
 )
@@ -208,7 +208,8 @@ class RetrySchedule:
                 if not candidates:
                     return 0, None  # nothing scheduled: an idle releaser runs no script
                 reply = self._release(
-                    keys=[*SCHEDULE_KEYS, queue, DOORBELL_KEY, *map(index_key, candidates)],
+                    keys=[*SCHEDULE_KEYS, queue, doorbell_key(queue),
+                          *map(index_key, candidates)],
                     args=[batch, limit, "push", *candidates])
                 if int(reply[0]) or not int(reply[3]):
                     break  # released some, or nothing taken by another releaser: done
@@ -222,7 +223,7 @@ class RetrySchedule:
                 for message in messages:
                     if message:
                         pipe.lpush(queue, message)
-                ring(pipe, len(messages))
+                ring(pipe, queue, len(messages))
                 pipe.execute()
                 self.unpark([bytes_to_str(retry_id) for retry_id in ids])
         released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])

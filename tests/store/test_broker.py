@@ -13,13 +13,15 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from hookline.store.connection import DOORBELL_KEY, load_script
+from hookline.store.connection import load_script
+from hookline.store.keys import doorbell_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
 URL = isolated_url(9)
 QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
 TRANSPORT = "hookline.broker:Transport"
+DOORBELL = doorbell_key("broker-test")
 
 
 @pytest.fixture
@@ -168,12 +170,14 @@ def private_redis(tmp_path):
     server.stop()
 
 
-def idle_consumers(url: str, count: int, got: list, stop: threading.Event) -> list:
-    """``count`` consumers of the test queue, each on its own connection and thread, with a
-    30 s blocking timeout (no wake-up but a push's during a test)."""
+def idle_consumers(url: str, count: int, got: list, stop: threading.Event,
+                   queue: Queue = QUEUE) -> list:
+    """``count`` consumers of ``queue``, each on its own connection and thread, with a 30 s
+    blocking timeout (no wake-up but a push's during a test)."""
     def consume() -> None:
         with Connection(url, transport=TRANSPORT, transport_options={"brpop_timeout": 30}
-                        ) as conn, acking(conn, got):
+                        ) as conn, Consumer(conn, [queue], callbacks=[
+                            lambda body, m: (got.append(body), m.ack())]):
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     conn.drain_events(timeout=0.3)
@@ -209,7 +213,7 @@ def test_a_message_wakes_one_idle_consumer_not_all(private_redis):
         calls = int(client.info("commandstats")["cmdstat_evalsha"]["calls"])
         assert sorted(body["n"] for body in got) == list(range(messages))
         assert calls / messages <= 1.5, f"{calls} consume calls for {messages} messages"
-        assert not client.exists(DOORBELL_KEY)  # no token left behind
+        assert not client.exists(DOORBELL)  # no token left behind
     finally:
         stop.set()
         for thread in threads:
@@ -223,13 +227,13 @@ def test_tokens_of_messages_taken_meanwhile_wake_no_one_later(private_redis):
     with connect_to(url) as producer:
         for n in range(5):
             publish(producer, {"n": n})
-    assert client.llen(DOORBELL_KEY) == 5
+    assert client.llen(DOORBELL) == 5
     got: list = []
     stop = threading.Event()
     threads = idle_consumers(url, 1, got, stop)
     try:
         wait_until(lambda: len(got) == 5 and blocked(client) == 1)
-        assert not client.exists(DOORBELL_KEY)
+        assert not client.exists(DOORBELL)
     finally:
         stop.set()
         for thread in threads:
@@ -249,18 +253,42 @@ def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
     """Producers push a token per message; while every consumer is busy nobody pops them.
     A take whose delivery tag ends in 0 (one in 16 of kombu's uuid tags) trims the list to
     1,000 tokens; the queue is not empty yet, so it is not emptied."""
-    db.lpush(DOORBELL_KEY, *["1"] * 1500)
+    db.lpush(DOORBELL, *["1"] * 1500)
     db.lpush("broker-test", envelope("first-1"), envelope("second-0"), envelope("third-1"))
     consume = load_script("consume")
 
     def take() -> list:
-        return db.eval(consume, 9, "unacked", "unacked_index", DOORBELL_KEY, *SCHEDULE_KEYS,
-                       WAKE_KEY, "broker-test", repr(time.time()), "0", 1000, 1000, 200, 1)
+        return db.eval(consume, 9, "unacked", "unacked_index", *SCHEDULE_KEYS, WAKE_KEY,
+                       "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1)
 
     assert take()[:2] == ["message", "broker-test"]  # first-1: no trim
-    assert db.llen(DOORBELL_KEY) == 1500
+    assert db.llen(DOORBELL) == 1500
     assert take()[:2] == ["message", "broker-test"]  # second-0
-    assert db.llen(DOORBELL_KEY) == 1000
+    assert db.llen(DOORBELL) == 1000
     assert sorted(db.hkeys("unacked")) == ["first-1", "second-0"]
     take()
-    assert take()[0] == "empty" and not db.exists(DOORBELL_KEY)
+    assert take()[0] == "empty" and not db.exists(DOORBELL)
+
+
+def test_a_message_wakes_a_consumer_of_its_queue_not_one_of_another(private_redis):
+    """Each queue has its doorbell: a consumer waiting longer on another queue (as a worker's
+    does beside ``celery inspect``'s reply queue) is not handed this queue's token, which
+    would leave the message until the 30 s timeout."""
+    url, client = private_redis
+    other = Queue("broker-other", Exchange("broker-other"), routing_key="broker-other")
+    others: list = []
+    got: list = []
+    stop = threading.Event()
+    threads = idle_consumers(url, 1, others, stop, other)
+    try:
+        wait_until(lambda: blocked(client) == 1)  # the other queue's consumer waits first
+        threads += idle_consumers(url, 1, got, stop)
+        wait_until(lambda: blocked(client) == 2)
+        with connect_to(url) as producer:
+            publish(producer, {"n": 1})
+        wait_until(lambda: got, timeout=10)
+        assert got == [{"n": 1}] and others == []
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)

@@ -18,15 +18,17 @@
 -- dead-letters it as usual.
 -- KEYS[1]      the unacked hash (delivery tag -> [message, exchange, routing key])
 -- KEYS[2]      the unacked index (sorted set: delivery tag -> time taken)
--- KEYS[3]      the doorbell: a list of wake-up tokens, one pushed with every message; idle
---              consumers block on it with BLPOP (one token wakes one consumer). Emptied
---              here when every queue is empty, so a token left there is for a message
---              pushed after this call; trimmed to 1,000 on about every 16th message taken
---              (producers push, nobody pops while every consumer is busy).
--- KEYS[4..8]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
--- KEYS[9..8+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
+-- KEYS[3..7]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
+-- KEYS[8..7+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
 --              Q = ARGV[6]
--- KEYS[9+Q...] per endpoint of ARGV[7...], in that order: its breaker hash
+-- KEYS[8+Q..7+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
+--              priority lists share one): a list of wake-up tokens, one pushed with every
+--              message; idle consumers block on their queues' doorbells (one token wakes one
+--              consumer). Emptied here when every queue is empty, so a token left there is
+--              for a message pushed after this call; a queue's is trimmed to 1,000 on about
+--              every 16th message taken from it (producers push, nobody pops while every
+--              consumer is busy).
+-- KEYS[8+2Q...] per endpoint of ARGV[7...], in that order: its breaker hash
 --              (hookline:{ep}:breaker), then its schedule index
 --              (hookline:{schedule}:by_endpoint:<ep>)
 -- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
@@ -34,13 +36,13 @@
 -- ARGV[3]      most retries scheduled in all;  ARGV[4]  most for one endpoint
 -- ARGV[5]      most deliveries to park in one call
 -- ARGV[6]      Q, how many queue lists follow the schedule keys
--- ARGV[7...]   endpoint ids whose keys follow the queue lists (only with ARGV[2] '1')
+-- ARGV[7...]   endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
 -- Returns      {'message', list key, message, parked...} on success;
 --              {'bad', list key, item, parked...} for an item that is not a kombu message: it
 --                stays on its list until the caller has kept it in the dead-letter queue and
 --                removed it;
---              {'empty', '', parked...} when every list is empty (the doorbell emptied in the
---                same step): the caller blocks on the doorbell, so a push in between is not
+--              {'empty', '', parked...} when every list is empty (the doorbells emptied in the
+--                same step): the caller blocks on the doorbells, so a push in between is not
 --                missed;
 --              {'more', '', parked...} when ARGV[5] deliveries were parked: call again;
 --              {'need', endpoint id, parked...} when the next message is for an endpoint whose
@@ -54,13 +56,19 @@ local park_held = ARGV[2] == '1'
 local parked = {}
 local now_ms = nil
 local queues = tonumber(ARGV[6])
-local last_queue = 8 + queues
-local schedule = {due = KEYS[4], messages = KEYS[5], meta = KEYS[6], counts = KEYS[7],
-                  wake = KEYS[8]}
+local first_queue = 8
+local last_queue = 7 + queues
+local schedule = {due = KEYS[3], messages = KEYS[4], meta = KEYS[5], counts = KEYS[6],
+                  wake = KEYS[7]}
+-- queue list key -> its doorbell
+local doorbells = {}
+for i = first_queue, last_queue do
+  doorbells[KEYS[i]] = KEYS[i + queues]
+end
 -- endpoint id -> {breaker key, schedule index key}
 local endpoint_keys = {}
 for j = 7, #ARGV do
-  local at = last_queue + 2 * (j - 7) + 1
+  local at = last_queue + queues + 2 * (j - 7) + 1
   endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1]}
 end
 
@@ -102,7 +110,7 @@ local budget = tonumber(ARGV[5]) or 0
 local lmpop = nil
 if (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000 then
   lmpop = {'LMPOP', queues}
-  for i = 9, last_queue do
+  for i = first_queue, last_queue do
     lmpop[#lmpop + 1] = KEYS[i]
   end
   lmpop[#lmpop + 1] = 'RIGHT'
@@ -115,7 +123,7 @@ local function take()
     end
     return nil
   end
-  for i = 9, last_queue do
+  for i = first_queue, last_queue do
     local item = redis.call('RPOP', KEYS[i])
     if item then
       return KEYS[i], item
@@ -171,10 +179,10 @@ while true do
     redis.call('HSET', KEYS[1], tag, record)
     redis.call('ZADD', KEYS[2], ARGV[1], tag)
     if string.sub(tag, -1) == '0' then
-      redis.call('LTRIM', KEYS[3], 0, 999)
+      redis.call('LTRIM', doorbells[key], 0, 999)
     end
     return reply('message', key, item)
   end
 end
-redis.call('DEL', KEYS[3])
+redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))
 return reply('empty', '')

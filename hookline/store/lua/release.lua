@@ -6,8 +6,8 @@
 -- KEYS[4]    hookline:{schedule}:counts
 -- KEYS[5]    the retry queue's list in the broker (same Redis) when ARGV[3] is 'push';
 --            hookline:{schedule}:releasing (sorted set: retry id -> lease end) when 'claim'
--- KEYS[6]    the broker's doorbell ('push' only): a list of wake-up tokens, one per released
---            message (at most 64): each wakes one idle consumer
+-- KEYS[6]    the retry queue's doorbell in the broker ('push' only): a list of wake-up tokens,
+--            one per released message (at most 64): each wakes one idle consumer
 -- KEYS[6+i]  ('push' only) hookline:{schedule}:by_endpoint:<endpoint id of ARGV[3+i]>
 -- ARGV[1]    most retries to release in this call
 -- ARGV[2]    'push': most messages the retry queue may hold (retries wait here, not in the
