@@ -14,15 +14,17 @@ so a message is always on its list or in the unacked hash, and kombu's restore s
 back whatever a dead worker held.
 
 **Blocking without taking, waking one.** A script cannot block, so when every queue is empty
-the consumer blocks on a doorbell (``BLMPOP ... COUNT 2``; ``BLPOP`` before Redis 7): a list
-of wake-up tokens, one pushed with every message (this transport's publish, kombu's restore,
-the retry releaser). Redis hands a token to exactly one blocked client, so a message wakes
-one idle consumer, not all of them: Redis work per delivery stays flat as idle workers are
-added. The script that finds every queue empty also empties the doorbell in the same atomic
-step, so a token left there is for a message pushed after it: a push between the script and
-the block wakes it at once, and stale tokens (messages busy consumers took) wake nobody. A
-consumer woken with a single token takes one message and waits again (a message pushed
-meanwhile left its token); with two it consumes until the queues are empty.
+the consumer blocks on its queues' doorbells (``BLMPOP ... COUNT 2``; ``BLPOP`` before Redis
+7): a list of wake-up tokens per queue, one pushed with every message (this transport's
+publish, kombu's restore, the retry releaser). Redis hands a token to exactly one blocked
+client, so a message wakes one idle consumer of its queue, not all of them: Redis work per
+delivery stays flat as idle workers are added, and a consumer of another queue (``celery
+inspect``'s replies) is not handed it. The script that finds every queue empty also empties
+their doorbells in the same atomic step, so a token left there is for a message pushed after
+it: a push between the script and the block wakes it at once, and stale tokens (messages
+busy consumers took) wake nobody. A consumer woken with a single token takes one message and
+waits again (a message pushed meanwhile left its token); with two it consumes until the
+queues are empty.
 
 **Mixed fleets.** A producer on the stock transport (or anything pushing onto the lists by
 hand) pushes no token; its messages are still taken, at the latest after the
