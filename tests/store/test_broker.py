@@ -292,3 +292,17 @@ def test_a_message_wakes_a_consumer_of_its_queue_not_one_of_another(private_redi
         stop.set()
         for thread in threads:
             thread.join(10)
+
+
+def test_a_batched_publish_leaves_a_token_per_message(db):
+    """kombu 5.7's ``Producer.batch()`` publishes through one pipeline: each message still
+    pushes its queue's token."""
+    with connect() as conn:
+        producer = Producer(conn.channel(), exchange=QUEUE.exchange,
+                            routing_key=QUEUE.routing_key, serializer="json")
+        if not hasattr(producer, "batch"):
+            pytest.skip("kombu before 5.7 has no batched publish")
+        with producer.batch():
+            for n in range(3):
+                producer.publish({"n": n}, declare=[QUEUE])
+        assert db.llen("broker-test") == 3 and db.llen(DOORBELL) == 3
