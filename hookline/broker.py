@@ -50,7 +50,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from hookline.core import metrics
 from hookline.core.config import settings
@@ -223,8 +223,11 @@ class Channel(kombu_redis.Channel):
             # waits (see _brpop_read).
             block = round(timeout, 3) if timeout else 0
             if self._blmpop is None:
-                with self.conn_or_acquire() as client:
-                    version = str(client.info("server")["redis_version"])
+                try:
+                    with self.conn_or_acquire() as client:
+                        version = str(client.info("server")["redis_version"])
+                except ResponseError:  # INFO refused (renamed, ACL): BLPOP works everywhere
+                    version = "0"
                 self._blmpop = int(version.split(".")[0]) >= 7
             bells = [doorbell_key(queue) for queue in queues]
             command: list[Any] = (["BLMPOP", block, len(bells), *bells, "LEFT", "COUNT", 2]
