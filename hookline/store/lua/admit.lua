@@ -8,7 +8,7 @@
 --                                        blocked_until; and the rate limiter: tat (GCRA
 --                                        theoretical arrival time) and book (latest slot booked
 --                                        by a deferred event), ms: read with the breaker in one
---                                        HMGET (the limiter had a key of its own before 0.3)
+--                                        HMGET (Hookline 0.2.0 kept it in hookline:{ep}:rate)
 -- KEYS[6]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
