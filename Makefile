@@ -65,6 +65,7 @@ lint: $(STAMP)
 # `make bench-schedule BENCH_ARGS="--retries 50000"`, `make bench-compare BENCH_ARGS=--quick`.
 # bench.compare quotes the gates and schedule results, so it runs last.
 bench: $(STAMP)
+	$(BIN)/python -m bench.redis_cost
 	$(BIN)/python -m bench.gates
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.compare

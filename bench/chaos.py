@@ -113,7 +113,7 @@ class Chaos:
                         app, task_name="hookline.deliver", task_id=event_id,
                         args=[self.events[event_id], "order.created", {"id": event_id}],
                         kwargs={"event_id": event_id}, retries=0, queue="hookline"))
-                ring(pipe)  # as Hookline's transport publishes: wake idle consumers
+                ring(pipe, "hookline", len(ids[sent:sent + size]))  # a token per message
                 pipe.execute()
                 sent += len(ids[sent:sent + size])
             else:

@@ -152,15 +152,18 @@ class Contender:
             pipe = self.client.pipeline(transaction=False)
             pipe.lpush(self.queue, *messages[at:at + 1000])
             if self.hookline:  # as Hookline's transport publishes: wake idle consumers
-                ring(pipe)
+                ring(pipe, self.queue, len(messages[at:at + 1000]))
             pipe.execute()
         return started
 
     def wait_consuming(self, timeout: float = 90.0) -> None:
-        """Until every worker's consumer blocks on BRPOP (Hookline's transport: on XREAD)."""
+        """Until every worker's consumer blocks on BRPOP (Hookline's transport: BLMPOP on its
+        doorbell, BLPOP before Redis 7; and each worker's releaser BLPOP on the schedule's
+        wake list)."""
         deadline = time.monotonic() + timeout
-        blocking = ("brpop", "xread")
-        while sum(c.get("cmd") in blocking for c in self.client.client_list()) < len(self.workers):
+        commands, per_worker = (("blmpop", "blpop"), 2) if self.hookline else (("brpop",), 1)
+        while sum(c.get("cmd") in commands for c in self.client.client_list()) < \
+                per_worker * len(self.workers):
             for worker in self.workers:
                 worker.check_alive()
             if time.monotonic() > deadline:

@@ -83,7 +83,8 @@ def run_batch(bench: Bench, mode: str, prefix: str, count: int,
 
 def measure_commands(bench: Bench, state_url: str, events: int) -> dict[str, Any]:
     """Part 1: Redis commands on the state Redis per first-attempt delivery."""
-    monitor = CommandMonitor(state_url, bench.control, script_names(ROOT / "app" / "lua"))
+    scripts = script_names(ROOT / "hookline" / "store" / "lua")
+    monitor = CommandMonitor(state_url, bench.control, scripts)
     try:
         monitor.wait_quiet(GATE_COMMANDS)  # the warm-up's last settles
         begin, end = monitor.token(), monitor.token()

@@ -58,7 +58,7 @@ def batch(client: Any, receiver: FastReceiver, worker: Worker, built: list[str])
     for at in range(0, len(built), 1000):
         pipe = client.pipeline(transaction=False)
         pipe.lpush("hookline", *built[at:at + 1000])
-        ring(pipe)
+        ring(pipe, "hookline", len(built[at:at + 1000]))
         pipe.execute()
     receiver.wait_for(len(built), 300, worker)
     seconds = time.monotonic() - started

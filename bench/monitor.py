@@ -23,9 +23,12 @@ _LINE = re.compile(r'\[\d+ ([^\]]*)\] "((?:[^"\\]|\\.)*)"(?: "((?:[^"\\]|\\.)*)"
 
 
 def script_names(directory: Path) -> dict[str, str]:
-    """SHA1 -> script name for the Lua scripts in ``directory``, as EVALSHA names them."""
-    return {hashlib.sha1(path.read_text(encoding="utf-8").encode()).hexdigest(): path.stem
-            for path in sorted(directory.glob("*.lua"))}
+    """SHA1 -> script name for the Lua scripts in ``directory``, as EVALSHA names them: the
+    text Redis runs, with its ``--#include`` pieces composed (``load_script``)."""
+    from hookline.store.connection import load_script
+
+    return {hashlib.sha1(load_script(path.stem).encode()).hexdigest(): path.stem
+            for path in sorted(directory.glob("*.lua")) if not path.stem.startswith("piece_")}
 
 
 @dataclass(frozen=True)

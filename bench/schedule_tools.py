@@ -56,9 +56,16 @@ def kill_worker(worker: Worker) -> None:
 
 
 def wait_consuming(client: redis.Redis, worker: Worker, timeout: float = 60.0) -> None:
-    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or XREAD (Hookline's)."""
+    """Until the worker's consumer blocks: on BRPOP (kombu's transport) or BLMPOP (Hookline's,
+    on its doorbell, BLPOP before Redis 7; its releaser blocks with BLPOP, on the schedule's
+    wake list)."""
     deadline = time.monotonic() + timeout
-    while not any(c.get("cmd") in ("brpop", "xread") for c in client.client_list()):
+
+    def blocked() -> bool:
+        commands = [c.get("cmd") for c in client.client_list()]
+        return "brpop" in commands or commands.count("blmpop") + commands.count("blpop") >= 2
+
+    while not blocked():
         worker.check_alive()
         if time.monotonic() > deadline:
             raise TimeoutError(f"the worker did not start consuming in {timeout:.0f}s")
@@ -100,7 +107,7 @@ def publish(client: redis.Redis, celery_app: Any, task: str, queue: str, count: 
                 celery_app, task_name=task, task_id=event_id,
                 args=[ENDPOINT, "bench.retry", {"n": n}], kwargs={"event_id": event_id},
                 retries=0, queue=queue))
-        ring(pipe)  # as Hookline's transport publishes: wake idle consumers
+        ring(pipe, queue, min(count, start + 1000) - start)  # one token per message, as on publish
         pipe.execute()
     return time.perf_counter() - started
 

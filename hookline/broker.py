@@ -13,15 +13,22 @@ fault run lost 2 of 3,000 events this way. Here one Lua script
 so a message is always on its list or in the unacked hash, and kombu's restore sweep brings
 back whatever a dead worker held.
 
-**Blocking without taking.** A script cannot block, so when every queue is empty the consumer
-blocks on a doorbell, a one-entry Redis stream that every push adds to (this transport's
-publish, kombu's restore, the retry releaser), reading from the id the script saw: a push
-between the script and the block wakes it at once. Several idle workers all wake, and one
-takes the message.
+**Blocking without taking, waking one.** A script cannot block, so when every queue is empty
+the consumer blocks on its queues' doorbells (``BLMPOP ... COUNT 2``; ``BLPOP`` before Redis
+7): a list of wake-up tokens per queue, one pushed with every message (this transport's
+publish, kombu's restore, the retry releaser). Redis hands a token to exactly one blocked
+client, so a message wakes one idle consumer of its queue, not all of them: Redis work per
+delivery stays flat as idle workers are added, and a consumer of another queue (``celery
+inspect``'s replies) is not handed it. The script that finds every queue empty also empties
+their doorbells in the same atomic step, so a token left there is for a message pushed after
+it: a push between the script and the block wakes it at once, and stale tokens (messages
+busy consumers took) wake nobody. A consumer woken with a single token takes one message and
+waits again (a message pushed meanwhile left its token); with two it consumes until the
+queues are empty.
 
 **Mixed fleets.** A producer on the stock transport (or anything pushing onto the lists by
-hand) does not ring the doorbell; its messages are still taken, at the latest after the
-blocking read's timeout (kombu's ``brpop_timeout``, 1 s). With a ``global_keyprefix`` this
+hand) pushes no token; its messages are still taken, at the latest after the
+blocking wait's timeout (kombu's ``brpop_timeout``, 1 s). With a ``global_keyprefix`` this
 transport falls back to kombu's BRPOP.
 
 **Not messages.** An item on a queue's list that is not a kombu message (garbage pushed by
@@ -43,14 +50,14 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from hookline.core import metrics
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.delivery.retries import dead_letter_text
 from hookline.store.connection import load_script, ring
-from hookline.store.keys import DOORBELL_KEY, breaker_key, schedule_endpoint_key
+from hookline.store.keys import breaker_key, doorbell_key, schedule_endpoint_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 
 logger = logging.getLogger("hookline")
@@ -104,6 +111,20 @@ class QoS(kombu_redis.QoS):
             return
         super().append(message, delivery_tag)
 
+    def _remove_from_indices(self, delivery_tag: str, pipe: Any = None) -> Any:
+        """The acknowledgement's removal of the unacked record, in one round trip without
+        kombu's MULTI/EXEC (4 commands, now 2). The hash entry goes first: a client dying
+        between the two leaves an index entry without a record, which the restore sweep
+        drops without restoring anything (kombu's ``restore_by_tag``); never a record
+        without an index entry, which no sweep would find. Inside kombu's restore
+        transaction (``pipe`` given) its own order stands."""
+        if pipe is not None:
+            return super()._remove_from_indices(delivery_tag, pipe)
+        with self.channel.conn_or_acquire() as client:
+            return (client.pipeline(transaction=False)
+                    .hdel(self.unacked_key, delivery_tag)
+                    .zrem(self.unacked_index_key, delivery_tag))
+
     def restore_unacked(self, client: Any = None) -> None:
         """Put this channel's unacknowledged messages back on their queues (on close).
 
@@ -148,9 +169,15 @@ class Channel(kombu_redis.Channel):
         #: Their breaker and schedule-index keys, in that order: built when the set changes
         #: (a 'need'), not on every consume call.
         self._endpoint_keys: list[str] = []
-        #: The doorbell id to block from, after a consume found every queue empty: while it
-        #: is set, the command pending on the consuming connection is the blocking XREAD.
-        self._wait_from: str | None = None
+        #: The command pending on the consuming connection is (or is about to be) the
+        #: blocking wait on the doorbell: a consume found every queue empty, or took the one
+        #: message a push woke this consumer for.
+        self._waiting = False
+        #: The last wait ended with a single token: a push woke this consumer for one
+        #: message, so once it is taken, wait again rather than look at the queues once more.
+        self._single_wake = False
+        #: The broker is Redis 7 or later (the wait is BLMPOP ... COUNT 2); None: not known.
+        self._blmpop: bool | None = None
         self._shared_client: tuple[Any, Any] | None = None
         super().__init__(*args, **kwargs)
         if not self.global_keyprefix:
@@ -190,22 +217,32 @@ class Channel(kombu_redis.Channel):
         if not queues:
             return
         connection = self.client.connection
-        if self._wait_from is not None:
-            # Every queue was empty: block until a push rings the doorbell (or the timeout,
-            # for pushes that do not ring it), then consume again.
-            block_ms = max(1, round(timeout * 1000)) if timeout else 0
-            command: list[Any] = ["XREAD", "BLOCK", block_ms, "STREAMS", DOORBELL_KEY,
-                                  self._wait_from]
+        if self._waiting:
+            # Block until a push leaves a token (or the timeout, for pushes that leave none),
+            # then consume again. Up to two tokens: two say that more than one message
+            # waits (see _brpop_read).
+            block = round(timeout, 3) if timeout else 0
+            if self._blmpop is None:
+                try:
+                    with self.conn_or_acquire() as client:
+                        version = str(client.info("server")["redis_version"])
+                except ResponseError:  # INFO refused (renamed, ACL): BLPOP works everywhere
+                    version = "0"
+                self._blmpop = int(version.split(".")[0]) >= 7
+            bells = [doorbell_key(queue) for queue in queues]
+            command: list[Any] = (["BLMPOP", block, len(bells), *bells, "LEFT", "COUNT", 2]
+                                  if self._blmpop else ["BLPOP", *bells, block])
         else:
             keys = [self._q_for_pri(queue, pri) for pri in self.priority_steps
                     for queue in queues]
+            bells = [doorbell_key(queue) for _ in self.priority_steps for queue in queues]
             config = settings()
             park_held = config.broker_url == config.redis_url
             endpoints = list(self._endpoints) if park_held else []
             endpoint_keys = self._endpoint_keys if park_held else []
-            command = ["EVALSHA", _CONSUME_SHA, 8 + len(keys) + len(endpoint_keys),
-                       self.unacked_key, self.unacked_index_key, DOORBELL_KEY, *SCHEDULE_KEYS,
-                       WAKE_KEY, *keys, *endpoint_keys,
+            command = ["EVALSHA", _CONSUME_SHA, 7 + 2 * len(keys) + len(endpoint_keys),
+                       self.unacked_key, self.unacked_index_key, *SCHEDULE_KEYS, WAKE_KEY,
+                       *keys, *bells, *endpoint_keys,
                        repr(time()), "1" if park_held else "0", config.schedule_max,
                        config.schedule_max_per_endpoint, PARK_BATCH, len(keys), *endpoints]
         self._in_poll = connection
@@ -216,11 +253,11 @@ class Channel(kombu_redis.Channel):
     def _brpop_read(self, **options: Any) -> Any:
         if self.global_keyprefix:
             return self._brpop_read_stock(**options)
-        waited = self._wait_from is not None
+        waited = self._waiting
         try:
             try:
                 reply = self.client.parse_response(
-                    self.client.connection, "XREAD" if waited else "EVALSHA", **options)
+                    self.client.connection, "BLMPOP" if waited else "EVALSHA", **options)
             except NoScriptError:
                 self._load_script()
                 raise kombu_redis.Empty() from None
@@ -235,12 +272,20 @@ class Channel(kombu_redis.Channel):
             if flush_reauth is not None:
                 flush_reauth()
         if waited:
-            self._wait_from = None  # woken (or timed out): look at the queues again
+            # Woken: look at the queues again. One token: a push woke this consumer for one
+            # message; once it is taken the queues are most likely empty, and a message
+            # pushed meanwhile has left its token, so wait again at once (a consume call
+            # less per message at low rates). Two tokens, or none (the timeout: pushes that
+            # leave none, kombu's stock transport): consume until the queues are empty.
+            self._waiting = False
+            tokens = 0 if reply is None else (len(reply[1]) if self._blmpop else 1)
+            self._single_wake = tokens == 1
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
         _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
         if kind == "empty":
-            self._wait_from = bytes_to_str(reply[1])
+            self._waiting = True
+            self._single_wake = False
             raise kombu_redis.Empty()
         if kind == "more":
             raise kombu_redis.Empty()  # parked a batch of held deliveries: look again at once
@@ -262,6 +307,9 @@ class Channel(kombu_redis.Channel):
         dest = key.rsplit(self.sep, 1)[0]
         self._queue_cycle.rotate(dest)
         tag = message["properties"]["delivery_tag"]
+        if self._single_wake:
+            self._single_wake = False
+            self._waiting = True
         self._recorded.add(tag)
         try:
             self.connection._deliver(message, dest)
@@ -303,7 +351,7 @@ class Channel(kombu_redis.Channel):
         if publish_batch is not None:
             # kombu 5.7's batched publish (``create_publish_batch``); kombu 5.6 never passes it.
             super()._put(queue, message, **kwargs)
-            publish_batch.add("xadd", DOORBELL_KEY, {"n": "1"}, "*", 1, False)
+            publish_batch.add("lpush", doorbell_key(queue), "1")
             return None
         pri = self._get_message_priority(message, reverse=False)
         # Queue TTLs (x-expires) are kombu 5.7's; kombu 5.6 has no ``_expires``.
@@ -314,7 +362,7 @@ class Channel(kombu_redis.Channel):
             if expires and queue in expires:
                 for step in self.priority_steps:
                     pipe.pexpire(self._q_for_pri(queue, step), expires[queue])
-            ring(pipe)
+            ring(pipe, queue)
             pipe.execute()
         return None
 
@@ -322,7 +370,14 @@ class Channel(kombu_redis.Channel):
                             leftmost: bool = False) -> None:
         super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)
         if not self.global_keyprefix:
-            ring(pipe)
+            try:
+                queues = self._lookup(exchange, routing_key)
+            except self.connection_errors:
+                raise
+            except Exception:  # kombu logged it: nothing was restored to ring for
+                return
+            for queue in queues:
+                ring(pipe, queue)
 
 
 class Transport(kombu_redis.Transport):

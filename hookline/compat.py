@@ -34,7 +34,8 @@ SUPPORTED = {
 REQUIRED_NAMES = {
     "kombu.transport.redis:Channel": (
         "_brpop_start", "_brpop_read", "_put", "_do_restore_message", "_create_client",
-        "_q_for_pri", "_get_message_priority", "conn_or_acquire", "client", "pool", "qos",
+        "_q_for_pri", "_get_message_priority", "_lookup", "conn_or_acquire", "client", "pool",
+        "qos",
         "QoS", "_in_poll", "active_queues",
         "priority_steps", "unacked_key", "unacked_index_key", "global_keyprefix", "sep",
     ),

@@ -72,7 +72,7 @@ def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
         return []
     pipe = store.client().pipeline(transaction=False)
     for item in limited:
-        pipe.hget(keys.rate_key(item.id), "book")
+        pipe.hget(keys.breaker_key(item.id), "book")  # the rate limiter shares the hash
     books = pipe.execute()
     seconds, micros = store.client().time()  # keyless: not in a (cluster) pipeline
     now_ms = int(seconds) * 1000 + int(micros) // 1000

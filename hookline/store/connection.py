@@ -16,14 +16,20 @@ import redis
 import redis.cluster
 
 from hookline.core.config import CLUSTER_SCHEMES, settings
-from hookline.store.keys import DOORBELL_KEY
+from hookline.store.keys import doorbell_key
 
 _lock = threading.Lock()
 _client: tuple[int, str, redis.Redis] | None = None
 
-def ring(pipe: redis.Redis | redis.client.Pipeline) -> object:
-    """Add the doorbell entry to ``pipe`` (a pipeline or client), after a push onto a queue."""
-    return pipe.xadd(DOORBELL_KEY, {"n": "1"}, maxlen=1, approximate=False)
+#: Most wake-up tokens one ring pushes: more than there are idle consumers wakes nobody more.
+RING_MAX = 64
+
+
+def ring(pipe: redis.Redis | redis.client.Pipeline, queue: str, count: int = 1) -> object:
+    """Push ``count`` wake-up tokens onto ``queue``'s doorbell in ``pipe`` (a pipeline or
+    client), after pushing ``count`` messages onto that queue: each wakes one idle consumer
+    of it."""
+    return pipe.lpush(doorbell_key(queue), *["1"] * max(1, min(count, RING_MAX)))
 
 
 def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> redis.Redis:

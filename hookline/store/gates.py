@@ -82,6 +82,11 @@ class BreakerStatus:
     cooldown: float
 
 
+#: The breaker's own fields in its hash (the rate limiter's, tat and book, share it).
+BREAKER_FIELDS = ("state", "failures", "cooldown_ms", "open_until", "opened_at", "probe_until",
+                  "probe_token", "blocked_until")
+
+
 def _keys(endpoint_id: str, event_id: str) -> list[str]:
     return [
         keys.endpoint_key(endpoint_id),
@@ -89,7 +94,6 @@ def _keys(endpoint_id: str, event_id: str) -> list[str]:
         keys.lease_key(endpoint_id, event_id),
         keys.starts_key(endpoint_id, event_id),
         keys.breaker_key(endpoint_id),
-        keys.rate_key(endpoint_id),
     ]
 
 
@@ -155,7 +159,7 @@ class Gate:
         """
         config = settings()
         held, transition = self._settle(
-            keys=[*_keys(endpoint_id, event_id)[:5], keys.history_key(endpoint_id, event_id),
+            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
                   keys.recent_key(endpoint_id), keys.digest_key(endpoint_id, event_id)],
             args=[
                 token,
@@ -207,5 +211,6 @@ class Gate:
         )
 
     def reset_breaker(self, endpoint_id: str) -> None:
-        """Close the breaker and lift any Retry-After block: the operator vouches for it."""
-        self.redis.delete(keys.breaker_key(endpoint_id))
+        """Close the breaker and lift any Retry-After block: the operator vouches for it. The
+        rate limiter's fields in the same hash stay: a reset grants no extra burst."""
+        self.redis.hdel(keys.breaker_key(endpoint_id), *BREAKER_FIELDS)

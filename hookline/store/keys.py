@@ -18,9 +18,17 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: The set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
-#: The broker's doorbell: a one-entry stream every push onto a queue adds to, so idle
-#: consumers blocked on it wake (hookline/broker.py).
-DOORBELL_KEY = "hookline:broker:doorbell"
+#: The broker's doorbells, one per queue (:func:`doorbell_key`): lists of wake-up tokens, one
+#: pushed with every message pushed onto the queue; an idle consumer blocks on its queues'
+#: doorbells (BLMPOP), so each token wakes exactly one consumer of that queue
+#: (hookline/broker.py). Lists, not the one stream ``hookline:broker:doorbell`` of Hookline
+#: 0.2.0, which a worker of that version still rings and this one no longer reads.
+DOORBELL_KEY = "hookline:broker:tokens"
+
+
+def doorbell_key(queue: str) -> str:
+    """The doorbell of the broker queue named ``queue`` (all its priority lists share it)."""
+    return f"{DOORBELL_KEY}:{queue}"
 
 # -- one endpoint (hash tag: the endpoint id) ------------------------------------------------
 
@@ -48,12 +56,14 @@ def starts_key(endpoint_id: str, event_id: str) -> str:
 
 
 def breaker_key(endpoint_id: str) -> str:
-    """Circuit breaker and Retry-After block of one endpoint (a hash)."""
+    """Circuit breaker, Retry-After block and rate limiter (GCRA ``tat`` and ``book``, ms of
+    Redis time) of one endpoint (a hash: admit reads them all with one HMGET)."""
     return f"hookline:{{{endpoint_id}}}:breaker"
 
 
 def rate_key(endpoint_id: str) -> str:
-    """The rate limiter's theoretical arrival time (GCRA), milliseconds of Redis time."""
+    """Where Hookline 0.2.0 kept the rate limiter (now in :func:`breaker_key`'s hash); still
+    deleted with the endpoint, and expires on its own."""
     return f"hookline:{{{endpoint_id}}}:rate"
 
 

@@ -38,7 +38,6 @@ from hookline.store import connection as store
 from hookline.store.connection import ring
 from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exported)
     COUNTS_KEY,
-    DOORBELL_KEY,
     DUE_KEY,
     MESSAGES_KEY,
     META_KEY,
@@ -47,6 +46,7 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
     WAKE_KEY,
     ScheduleKeys,
     breaker_key,
+    doorbell_key,
     endpoint_shard,
     glob_escaped,
     schedule_endpoint_key,
@@ -255,8 +255,10 @@ class RetrySchedule:
             if not candidates and offset:
                 offset = 0
                 continue
+            if not candidates:
+                return 0, None  # nothing scheduled: an idle releaser runs no script
             reply = self._release(
-                keys=[*shard.shared, queue, DOORBELL_KEY,
+                keys=[*shard.shared, queue, doorbell_key(queue),
                       *(shard.by_endpoint(retry_endpoint(c)) for c in candidates)],
                 args=[batch, limit, "push", *candidates])
             if int(reply[0]) or not int(reply[3]):
@@ -294,7 +296,7 @@ class RetrySchedule:
             for message in messages:
                 if message:
                     pipe.lpush(queue, message)
-            ring(pipe)
+            ring(pipe, queue, len(messages))
             pipe.execute()
             wait_for_replicas(broker)  # before confirming: see hookline/store/replication.py
             self.confirm_claimed(ids)

@@ -62,8 +62,9 @@ def test_deliveries_meeting_a_probe_in_flight_or_a_block_are_parked_too(worker, 
     send_webhook(blocked.id, "order.created", {})
     wait_until(lambda: RetrySchedule().stats().by_endpoint.get(probing.id) == 1
                and RetrySchedule().stats().by_endpoint.get(blocked.id) == 1)
-    log = worker.output()
-    assert "reason=breaker_probe" in log and "reason=blocked" in log
+    # The consumer logs what it parked once the script has returned: wait for the lines.
+    wait_until(lambda: "reason=breaker_probe" in worker.output()
+               and "reason=blocked" in worker.output(), timeout=5, what=worker.output)
     assert receiver.requests_to("/probing") == [] and receiver.requests_to("/blocked") == []
     schedule = RetrySchedule()
     schedule.unpark([r.id for r in schedule.scheduled() if r.endpoint_id in

@@ -5,18 +5,23 @@ loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-l
 from __future__ import annotations
 
 import contextlib
+import json
+import threading
 import time
 
 import pytest
 import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from hookline.store.connection import DOORBELL_KEY
-from tests.conftest import flushed, isolated_url, wait_until
+from hookline.store.connection import load_script
+from hookline.store.keys import doorbell_key
+from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
+from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
 URL = isolated_url(9)
 QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
 TRANSPORT = "hookline.broker:Transport"
+DOORBELL = doorbell_key("broker-test")
 
 
 @pytest.fixture
@@ -25,7 +30,11 @@ def db():
 
 
 def connect(**options) -> Connection:
-    return Connection(URL, transport=TRANSPORT, transport_options=options)
+    return connect_to(URL, **options)
+
+
+def connect_to(url: str, **options) -> Connection:
+    return Connection(url, transport=TRANSPORT, transport_options=options)
 
 
 def publish(conn: Connection, body: dict) -> None:
@@ -60,7 +69,7 @@ def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
         channel = conn.default_channel
         channel.basic_consume("broker-test", no_ack=False, callback=lambda m: None,
                               consumer_tag="t1")
-        channel._wait_from = None
+        channel._waiting = False
         conn.transport.cycle._register_BRPOP(channel)  # sends the take on the consuming connection
         wait_until(lambda: db.llen("broker-test") == 0)
         channel.client.connection.disconnect()  # "dies": the reply is never read
@@ -111,10 +120,10 @@ def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
         with acking(conn, got):
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=0.3)  # queue empty: now blocked on the doorbell
-            assert conn.default_channel._wait_from is not None
+            assert conn.default_channel._waiting
+            wait_until(lambda: blocked(db) == 1)
             publish(producer_conn, {"n": 7})
-            assert db.xlen(DOORBELL_KEY) == 1
-            drain_until(conn, lambda: got)  # the doorbell wakes it, then it takes the message
+            drain_until(conn, lambda: got)  # the token wakes it, then it takes the message
         assert got == [{"n": 7}]
 
 
@@ -149,3 +158,151 @@ def test_the_consume_script_is_loaded_again_after_a_script_flush(db):
         with acking(conn, got):
             drain_until(conn, lambda: got)
         assert got == [{"n": 1}]
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of this test's own: its command counts are this test's alone."""
+    server = PrivateRedis(tmp_path)
+    client = server.start()
+    yield server.url, client
+    client.close()
+    server.stop()
+
+
+def idle_consumers(url: str, count: int, got: list, stop: threading.Event,
+                   queue: Queue = QUEUE) -> list:
+    """``count`` consumers of ``queue``, each on its own connection and thread, with a 30 s
+    blocking timeout (no wake-up but a push's during a test)."""
+    def consume() -> None:
+        with Connection(url, transport=TRANSPORT, transport_options={"brpop_timeout": 30}
+                        ) as conn, Consumer(conn, [queue], callbacks=[
+                            lambda body, m: (got.append(body), m.ack())]):
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.3)
+
+    threads = [threading.Thread(target=consume, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def blocked(client: redis.Redis) -> int:
+    """Consumers blocked on the doorbell (BLMPOP; BLPOP before Redis 7)."""
+    return sum(c["cmd"] in ("blmpop", "blpop") for c in client.client_list())
+
+
+def test_a_message_wakes_one_idle_consumer_not_all(private_redis):
+    """Six idle consumers, messages published one at a time: each message wakes one of them,
+    which takes it and waits again (one consume-script call per message), instead of all six
+    (a doorbell every consumer reads: six or more calls per message)."""
+    url, client = private_redis
+    got: list = []
+    stop = threading.Event()
+    threads = idle_consumers(url, 6, got, stop)
+    try:
+        wait_until(lambda: blocked(client) == 6, what=lambda: client.client_list())
+        client.config_resetstat()
+        messages = 20
+        with connect_to(url) as producer:
+            for n in range(messages):
+                publish(producer, {"n": n})
+                wait_until(lambda n=n: len(got) == n + 1 and blocked(client) == 6,
+                           what=lambda: (len(got), blocked(client)))
+        calls = int(client.info("commandstats")["cmdstat_evalsha"]["calls"])
+        assert sorted(body["n"] for body in got) == list(range(messages))
+        assert calls / messages <= 1.5, f"{calls} consume calls for {messages} messages"
+        assert not client.exists(DOORBELL)  # no token left behind
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_tokens_of_messages_taken_meanwhile_wake_no_one_later(private_redis):
+    """Messages published while no consumer waits leave their tokens; the consumer that takes
+    the messages and finds the queues empty clears them, so they wake nobody afterwards."""
+    url, client = private_redis
+    with connect_to(url) as producer:
+        for n in range(5):
+            publish(producer, {"n": n})
+    assert client.llen(DOORBELL) == 5
+    got: list = []
+    stop = threading.Event()
+    threads = idle_consumers(url, 1, got, stop)
+    try:
+        wait_until(lambda: len(got) == 5 and blocked(client) == 1)
+        assert not client.exists(DOORBELL)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def envelope(tag: str) -> str:
+    """A kombu message for the test queue, with delivery tag ``tag``."""
+    return json.dumps({
+        "body": "e30=", "content-encoding": "utf-8", "content-type": "application/json",
+        "headers": {}, "properties": {
+            "delivery_tag": tag, "body_encoding": "base64", "priority": 0,
+            "delivery_info": {"exchange": "broker-test", "routing_key": "broker-test"}}})
+
+
+def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
+    """Producers push a token per message; while every consumer is busy nobody pops them.
+    A take whose delivery tag ends in 0 (one in 16 of kombu's uuid tags) trims the list to
+    1,000 tokens; the queue is not empty yet, so it is not emptied."""
+    db.lpush(DOORBELL, *["1"] * 1500)
+    db.lpush("broker-test", envelope("first-1"), envelope("second-0"), envelope("third-1"))
+    consume = load_script("consume")
+
+    def take() -> list:
+        return db.eval(consume, 9, "unacked", "unacked_index", *SCHEDULE_KEYS, WAKE_KEY,
+                       "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1)
+
+    assert take()[:2] == ["message", "broker-test"]  # first-1: no trim
+    assert db.llen(DOORBELL) == 1500
+    assert take()[:2] == ["message", "broker-test"]  # second-0
+    assert db.llen(DOORBELL) == 1000
+    assert sorted(db.hkeys("unacked")) == ["first-1", "second-0"]
+    take()
+    assert take()[0] == "empty" and not db.exists(DOORBELL)
+
+
+def test_a_message_wakes_a_consumer_of_its_queue_not_one_of_another(private_redis):
+    """Each queue has its doorbell: a consumer waiting longer on another queue (as a worker's
+    does beside ``celery inspect``'s reply queue) is not handed this queue's token, which
+    would leave the message until the 30 s timeout."""
+    url, client = private_redis
+    other = Queue("broker-other", Exchange("broker-other"), routing_key="broker-other")
+    others: list = []
+    got: list = []
+    stop = threading.Event()
+    threads = idle_consumers(url, 1, others, stop, other)
+    try:
+        wait_until(lambda: blocked(client) == 1)  # the other queue's consumer waits first
+        threads += idle_consumers(url, 1, got, stop)
+        wait_until(lambda: blocked(client) == 2)
+        with connect_to(url) as producer:
+            publish(producer, {"n": 1})
+        wait_until(lambda: got, timeout=10)
+        assert got == [{"n": 1}] and others == []
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_a_batched_publish_leaves_a_token_per_message(db):
+    """kombu 5.7's ``Producer.batch()`` publishes through one pipeline: each message still
+    pushes its queue's token."""
+    with connect() as conn:
+        producer = Producer(conn.channel(), exchange=QUEUE.exchange,
+                            routing_key=QUEUE.routing_key, serializer="json")
+        if not hasattr(producer, "batch"):
+            pytest.skip("kombu before 5.7 has no batched publish")
+        with producer.batch():
+            for n in range(3):
+                producer.publish({"n": n}, declare=[QUEUE])
+        assert db.llen("broker-test") == 3 and db.llen(DOORBELL) == 3

@@ -4,10 +4,12 @@
 -- KEYS[2]  hookline:{ep}:done:<event>    set once the event was delivered
 -- KEYS[3]  hookline:{ep}:lease:<event>   in-flight lease, value = the holder's token
 -- KEYS[4]  hookline:{ep}:starts:<event>  attempts started and not yet settled (crash counter)
--- KEYS[5]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token, blocked_until
--- KEYS[6]  hookline:{ep}:rate            rate limiter: tat (GCRA theoretical arrival time) and
---                                        book (latest slot booked by a deferred event), ms
--- KEYS[7]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
+-- KEYS[5]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token,
+--                                        blocked_until; and the rate limiter: tat (GCRA
+--                                        theoretical arrival time) and book (latest slot booked
+--                                        by a deferred event), ms: read with the breaker in one
+--                                        HMGET (Hookline 0.2.0 kept it in hookline:{ep}:rate)
+-- KEYS[6]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
 --          the lease adds twice the endpoint's read timeout (or ARGV[6]), as an attempt can
@@ -19,6 +21,9 @@
 -- ARGV[7]  this event's content digest (event type + canonical payload), '' to skip the check
 -- ARGV[8]  lifetime of a new digest binding, seconds (the done marker's)
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
+-- Commands: the four per-event strings are read with one MGET, the starts counter written
+-- with SET EX (not INCR + EXPIRE), the lease's PTTL read only when a lease is there, the
+-- breaker and the limiter read with one HMGET and written with one HSET.
 -- Returns, first element the verdict:
 --   {'conflict'}                         the event id is bound to another content: send nothing
 --   {'duplicate'}                        already delivered: send nothing
@@ -36,14 +41,12 @@
 --#include piece_held.lua
 -- The event id is an idempotency key: the first content that reached an existing endpoint
 -- with it (here or at enqueue, claim.lua) owns it; another content under it is a conflict.
-local bound = nil
-if ARGV[7] ~= '' then
-  bound = redis.call('GET', KEYS[7])
-  if bound and bound ~= ARGV[7] then
-    return {'conflict'}
-  end
+local strings = redis.call('MGET', KEYS[6], KEYS[2], KEYS[3], KEYS[4])
+local bound, done, holder, unsettled = strings[1], strings[2], strings[3], strings[4]
+if ARGV[7] ~= '' and bound and bound ~= ARGV[7] then
+  return {'conflict'}
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if done then
   return {'duplicate'}
 end
 local endpoint = redis.call('HGETALL', KEYS[1])
@@ -51,7 +54,7 @@ if #endpoint == 0 then
   return {'missing'}
 end
 if ARGV[7] ~= '' and not bound then
-  redis.call('SET', KEYS[7], ARGV[7], 'EX', tonumber(ARGV[8]))
+  redis.call('SET', KEYS[6], ARGV[7], 'EX', tonumber(ARGV[8]))
 end
 local config = {}
 for i = 1, #endpoint, 2 do
@@ -62,16 +65,18 @@ if config['enabled'] == '0' then
 end
 local lease_ms = tonumber(ARGV[2]) + 2 * ((tonumber(config['timeout']) or 0) * 1000 > 0
   and tonumber(config['timeout']) * 1000 or tonumber(ARGV[6]))
-local holder_ttl = redis.call('PTTL', KEYS[3])
-if holder_ttl > 0 then
-  return {'busy', holder_ttl}
+if holder then
+  local holder_ttl = redis.call('PTTL', KEYS[3])
+  if holder_ttl > 0 then
+    return {'busy', holder_ttl}
+  end
 end
 
 local now = redis_now_ms()
 
 -- Circuit breaker (open -> wait for the cool-down; then one probe at a time, half-open) and a
 -- Retry-After block: the rule consume.lua applies too (piece_held.lua).
-local why, wait, probe, state = endpoint_hold(KEYS[5], now)
+local why, wait, probe, state, breaker = endpoint_hold(KEYS[5], now)
 if why then
   return {'deferred', why, wait, 0}
 end
@@ -84,45 +89,46 @@ local transition = (probe and state == 'open') and 'half_open' or ''
 -- when it returns; it only does not queue again.
 local interval = tonumber(config['rate_interval_ms']) or 0
 local new_tat = nil
-local rate_ttl = 0
 if interval > 0 then
   local slot = tonumber(ARGV[5]) or 0
   if slot > 0 and now < slot then
     return {'deferred', 'rate_limited', slot - now, slot}
   end
   local tolerance = interval * ((tonumber(config['rate_burst']) or 1) - 1)
-  local limiter = redis.call('HMGET', KEYS[6], 'tat', 'book')
-  local tat = math.max(tonumber(limiter[1]) or 0, now)
-  local book = tonumber(limiter[2]) or 0
+  local tat = math.max(tonumber(breaker[5]) or 0, now)
+  local book = tonumber(breaker[6]) or 0
   local queued = slot == 0 and book > now  -- others booked ahead: no jumping the queue
   if queued or tat - now > tolerance then
     if slot > 0 then
       return {'deferred', 'rate_limited', tat - tolerance - now, slot}  -- at the front already
     end
     local booked = math.max(book + interval, tat - tolerance)
-    redis.call('HSET', KEYS[6], 'book', booked)
-    redis.call('PEXPIRE', KEYS[6], math.ceil(booked - now) + 60000)
+    redis.call('HSET', KEYS[5], 'book', booked)
     return {'deferred', 'rate_limited', booked - now, booked}
   end
   new_tat = tat + interval
-  rate_ttl = math.ceil(math.max(new_tat, book) - now) + 60000
 end
 
-local starts = redis.call('INCR', KEYS[4])
-redis.call('EXPIRE', KEYS[4], tonumber(ARGV[4]))
+local starts = (tonumber(unsettled) or 0) + 1
 if starts > tonumber(ARGV[3]) then
   redis.call('DEL', KEYS[4])
   return {'poison', starts - 1}
 end
+redis.call('SET', KEYS[4], starts, 'EX', tonumber(ARGV[4]))
 
 redis.call('SET', KEYS[3], ARGV[1], 'PX', math.ceil(lease_ms))
+local breaker_fields = {}
 if new_tat then
-  redis.call('HSET', KEYS[6], 'tat', new_tat)
-  redis.call('PEXPIRE', KEYS[6], rate_ttl)
+  breaker_fields = {'tat', new_tat}
 end
 if probe then
-  redis.call('HSET', KEYS[5], 'state', 'half_open', 'probe_until', now + math.ceil(lease_ms),
-             'probe_token', ARGV[1])
+  for _, value in ipairs({'state', 'half_open', 'probe_until', now + math.ceil(lease_ms),
+                          'probe_token', ARGV[1]}) do
+    breaker_fields[#breaker_fields + 1] = value
+  end
+end
+if #breaker_fields > 0 then
+  redis.call('HSET', KEYS[5], unpack(breaker_fields))
 end
 local reply = {'admitted', transition, probe and '1' or '0'}
 for i = 1, #endpoint do

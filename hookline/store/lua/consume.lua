@@ -18,11 +18,17 @@
 -- dead-letters it as usual.
 -- KEYS[1]      the unacked hash (delivery tag -> [message, exchange, routing key])
 -- KEYS[2]      the unacked index (sorted set: delivery tag -> time taken)
--- KEYS[3]      the doorbell stream publishers add to after every push
--- KEYS[4..8]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
--- KEYS[9..8+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
+-- KEYS[3..7]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
+-- KEYS[8..7+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
 --              Q = ARGV[6]
--- KEYS[9+Q...] per endpoint of ARGV[7...], in that order: its breaker hash
+-- KEYS[8+Q..7+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
+--              priority lists share one): a list of wake-up tokens, one pushed with every
+--              message; idle consumers block on their queues' doorbells (one token wakes one
+--              consumer). Emptied here when every queue is empty, so a token left there is
+--              for a message pushed after this call; a queue's is trimmed to 1,000 on about
+--              every 16th message taken from it (producers push, nobody pops while every
+--              consumer is busy).
+-- KEYS[8+2Q...] per endpoint of ARGV[7...], in that order: its breaker hash
 --              (hookline:{ep}:breaker), then its schedule index
 --              (hookline:{schedule}:by_endpoint:<ep>)
 -- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
@@ -30,13 +36,14 @@
 -- ARGV[3]      most retries scheduled in all;  ARGV[4]  most for one endpoint
 -- ARGV[5]      most deliveries to park in one call
 -- ARGV[6]      Q, how many queue lists follow the schedule keys
--- ARGV[7...]   endpoint ids whose keys follow the queue lists (only with ARGV[2] '1')
+-- ARGV[7...]   endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
 -- Returns      {'message', list key, message, parked...} on success;
 --              {'bad', list key, item, parked...} for an item that is not a kombu message: it
 --                stays on its list until the caller has kept it in the dead-letter queue and
 --                removed it;
---              {'empty', last doorbell id, parked...} when every list is empty: the caller
---                blocks on the doorbell from that id, so a push in between is not missed;
+--              {'empty', '', parked...} when every list is empty (the doorbells emptied in the
+--                same step): the caller blocks on the doorbells, so a push in between is not
+--                missed;
 --              {'more', '', parked...} when ARGV[5] deliveries were parked: call again;
 --              {'need', endpoint id, parked...} when the next message is for an endpoint whose
 --                keys were not passed: it stays on its list; call again with them.
@@ -49,13 +56,19 @@ local park_held = ARGV[2] == '1'
 local parked = {}
 local now_ms = nil
 local queues = tonumber(ARGV[6])
-local last_queue = 8 + queues
-local schedule = {due = KEYS[4], messages = KEYS[5], meta = KEYS[6], counts = KEYS[7],
-                  wake = KEYS[8]}
+local first_queue = 8
+local last_queue = 7 + queues
+local schedule = {due = KEYS[3], messages = KEYS[4], meta = KEYS[5], counts = KEYS[6],
+                  wake = KEYS[7]}
+-- queue list key -> its doorbell
+local doorbells = {}
+for i = first_queue, last_queue do
+  doorbells[KEYS[i]] = KEYS[i + queues]
+end
 -- endpoint id -> {breaker key, schedule index key}
 local endpoint_keys = {}
 for j = 7, #ARGV do
-  local at = last_queue + 2 * (j - 7) + 1
+  local at = last_queue + queues + 2 * (j - 7) + 1
   endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1]}
 end
 
@@ -70,13 +83,18 @@ local function reply(kind, a, b)
   return out
 end
 
--- The wait before the endpoint whose breaker is `breaker_key` takes a delivery again (with
--- jitter, so a backlog does not come back at one instant), and why; nil when it takes one now.
-local function held(breaker_key)
+-- Redis time, read once and only when needed: a plainly closed breaker needs none.
+local function clock()
   if not now_ms then
     now_ms = redis_now_ms()
   end
-  local why, wait = endpoint_hold(breaker_key, now_ms)
+  return now_ms
+end
+
+-- The wait before the endpoint whose breaker is `breaker_key` takes a delivery again (with
+-- jitter, so a backlog does not come back at one instant), and why; nil when it takes one now.
+local function held(breaker_key)
+  local why, wait = endpoint_hold(breaker_key, clock)
   if not why then
     return nil
   end
@@ -87,59 +105,84 @@ local function held(breaker_key)
 end
 
 local budget = tonumber(ARGV[5]) or 0
-local i = 9
-while i <= last_queue do
-  local item = redis.call('LINDEX', KEYS[i], -1)
-  if not item then
-    i = i + 1
-  else
-    local ok, message = pcall(cjson.decode, item)
-    local props = ok and type(message) == 'table' and message['properties']
-    local info = type(props) == 'table' and props['delivery_info']
-    local tag = type(props) == 'table' and props['delivery_tag']
-    if type(info) ~= 'table' or type(tag) ~= 'string' then
-      return reply('bad', KEYS[i], item)
+-- Redis 7 pops from the first non-empty list in one command (LMPOP); before that, each list
+-- is looked at in turn.
+local lmpop = nil
+if (tonumber(redis.REDIS_VERSION_NUM) or 0) >= 0x070000 then
+  lmpop = {'LMPOP', queues}
+  for i = first_queue, last_queue do
+    lmpop[#lmpop + 1] = KEYS[i]
+  end
+  lmpop[#lmpop + 1] = 'RIGHT'
+end
+local function take()
+  if lmpop then
+    local popped = redis.call(unpack(lmpop))
+    if popped then
+      return popped[1], popped[2][1]
     end
-    local headers = message['headers']
-    local endpoint = type(headers) == 'table' and headers['hookline_endpoint']
-    local event = type(headers) == 'table' and headers['hookline_event']
-    local countdown, why, own = nil, nil, nil
-    if park_held and type(endpoint) == 'string' and type(event) == 'string'
-        and #endpoint <= 64 and string.find(endpoint, '^[%w][%w_.%-]*$') then
-      own = endpoint_keys[endpoint]
-      if not own then
-        return reply('need', endpoint)
-      end
-      countdown, why = held(own[1])
-    end
-    local meta = countdown and cjson.encode({endpoint_id = endpoint, event_id = event,
-      last_error = ''})
-    if countdown and not park_retry(schedule, own[2], endpoint .. '/' .. event, endpoint,
-                                    now_ms + countdown, item, meta, tonumber(ARGV[3]),
-                                    tonumber(ARGV[4])) then
-      redis.call('RPOP', KEYS[i])
-      local task_id = headers['id']
-      if type(task_id) ~= 'string' then
-        task_id = event
-      end
-      parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
-      if #parked >= budget then
-        return reply('more', '')
-      end
-    else
-      -- Not held, or the schedule is at a cap: a worker takes it.
-      redis.call('RPOP', KEYS[i])
-      -- The same record kombu's QoS.append writes: [raw message, exchange, routing key].
-      local record = '[' .. item .. ',' .. cjson.encode(tostring(info['exchange'] or '')) ..
-        ',' .. cjson.encode(tostring(info['routing_key'] or '')) .. ']'
-      redis.call('HSET', KEYS[1], tag, record)
-      redis.call('ZADD', KEYS[2], ARGV[1], tag)
-      return reply('message', KEYS[i], item)
+    return nil
+  end
+  for i = first_queue, last_queue do
+    local item = redis.call('RPOP', KEYS[i])
+    if item then
+      return KEYS[i], item
     end
   end
+  return nil
 end
-local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)
-if #last > 0 then
-  return reply('empty', last[1][1])
+
+while true do
+  local key, item = take()
+  if not key then
+    break
+  end
+  local ok, message = pcall(cjson.decode, item)
+  local props = ok and type(message) == 'table' and message['properties']
+  local info = type(props) == 'table' and props['delivery_info']
+  local tag = type(props) == 'table' and props['delivery_tag']
+  if type(info) ~= 'table' or type(tag) ~= 'string' then
+    redis.call('RPUSH', key, item)  -- back where it was, until the caller has kept it
+    return reply('bad', key, item)
+  end
+  local headers = message['headers']
+  local endpoint = type(headers) == 'table' and headers['hookline_endpoint']
+  local event = type(headers) == 'table' and headers['hookline_event']
+  local countdown, why, own = nil, nil, nil
+  if park_held and type(endpoint) == 'string' and type(event) == 'string'
+      and #endpoint <= 64 and string.find(endpoint, '^[%w][%w_.%-]*$') then
+    own = endpoint_keys[endpoint]
+    if not own then
+      redis.call('RPUSH', key, item)  -- back where it was
+      return reply('need', endpoint)
+    end
+    countdown, why = held(own[1])
+  end
+  local meta = countdown and cjson.encode({endpoint_id = endpoint, event_id = event,
+    last_error = ''})
+  if countdown and not park_retry(schedule, own[2], endpoint .. '/' .. event, endpoint,
+                                  now_ms + countdown, item, meta, tonumber(ARGV[3]),
+                                  tonumber(ARGV[4])) then
+    local task_id = headers['id']
+    if type(task_id) ~= 'string' then
+      task_id = event
+    end
+    parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
+    if #parked >= budget then
+      return reply('more', '')
+    end
+  else
+    -- Not held, or the schedule is at a cap: a worker takes it.
+    -- The same record kombu's QoS.append writes: [raw message, exchange, routing key].
+    local record = '[' .. item .. ',' .. cjson.encode(tostring(info['exchange'] or '')) ..
+      ',' .. cjson.encode(tostring(info['routing_key'] or '')) .. ']'
+    redis.call('HSET', KEYS[1], tag, record)
+    redis.call('ZADD', KEYS[2], ARGV[1], tag)
+    if string.sub(tag, -1) == '0' then
+      redis.call('LTRIM', doorbells[key], 0, 999)
+    end
+    return reply('message', key, item)
+  end
 end
-return reply('empty', '0-0')
+redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))
+return reply('empty', '')

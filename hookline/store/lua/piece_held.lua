@@ -4,17 +4,26 @@
 -- endpoint_hold(breaker_key, now)
 --   breaker_key  the endpoint's breaker hash (hookline:{ep}:breaker, passed in KEYS):
 --                state, open_until, probe_until, blocked_until
---   now          Redis time, milliseconds
+--   now          Redis time, milliseconds, or a function returning it: called only when
+--                the breaker is not plainly closed (consume.lua saves TIME on most messages)
 --   Returns why, wait_ms when the endpoint is held: why is 'breaker_open' (circuit open, the
 --   cool-down not over), 'breaker_probe' (half-open, another attempt is the probe) or
 --   'blocked' (a Retry-After from an earlier response holds back the whole endpoint);
---   otherwise nil, 0, probe, state: probe is true when an attempt now is the half-open probe
---   (the cool-down is over, or the previous prober died: its probe lease ran out).
+--   otherwise nil, 0, probe, state, breaker: probe is true when an attempt now is the
+--   half-open probe (the cool-down is over, or the previous prober died: its probe lease ran
+--   out); breaker is the hash's state, open_until, probe_until, blocked_until, tat and book
+--   (the rate limiter's, admit.lua), false where missing.
 local function endpoint_hold(breaker_key, now)
   local breaker = redis.call('HMGET', breaker_key, 'state', 'open_until', 'probe_until',
-    'blocked_until')
+    'blocked_until', 'tat', 'book')
   local state = breaker[1] or 'closed'
   local probe = false
+  if state == 'closed' and not breaker[4] then
+    return nil, 0, probe, state, breaker
+  end
+  if type(now) == 'function' then
+    now = now()
+  end
   if state == 'open' then
     local open_until = tonumber(breaker[2]) or 0
     if now < open_until then
@@ -32,5 +41,5 @@ local function endpoint_hold(breaker_key, now)
   if blocked_until > now then
     return 'blocked', blocked_until - now
   end
-  return nil, 0, probe, state
+  return nil, 0, probe, state, breaker
 end

@@ -6,7 +6,8 @@
 -- KEYS[4]    hookline:{schedule}:counts
 -- KEYS[5]    the retry queue's list in the broker (same Redis) when ARGV[3] is 'push';
 --            hookline:{schedule}:releasing (sorted set: retry id -> lease end) when 'claim'
--- KEYS[6]    the broker's doorbell stream ('push' only): idle consumers wake when it grows
+-- KEYS[6]    the retry queue's doorbell in the broker ('push' only): a list of wake-up tokens,
+--            one per released message (at most 64): each wakes one idle consumer
 -- KEYS[6+i]  ('push' only) hookline:{schedule}:by_endpoint:<endpoint id of ARGV[3+i]>
 -- ARGV[1]    most retries to release in this call
 -- ARGV[2]    'push': most messages the retry queue may hold (retries wait here, not in the
@@ -52,7 +53,11 @@ if mode == 'push' then
   end
   reply[4] = stale
   if reply[1] > 0 then
-    redis.call('XADD', KEYS[6], 'MAXLEN', 1, '*', 'n', '1')
+    local tokens = {}
+    for t = 1, math.min(reply[1], 64) do
+      tokens[t] = '1'
+    end
+    redis.call('LPUSH', KEYS[6], unpack(tokens))
   end
 else
   -- A releaser that claimed retries and died before confirming: they are due again (NX: one

@@ -8,7 +8,9 @@
 -- KEYS[6]  hookline:{ep}:history:<event>  list of the event's attempt records (JSON)
 -- KEYS[7]  hookline:{ep}:recent           hash: outcomes (one letter per attempt, newest last),
 --                                         last_error, last_error_at, last_error_event,
---                                         last_success_at (ms of Redis time)
+--                                         last_success_at (ms of Redis time); exp (Unix
+--                                         seconds when the key expires: its TTL is pushed out
+--                                         about once a day, not on every attempt)
 -- KEYS[8]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
 -- ARGV[1]  token of the attempt
 -- ARGV[2]  outcome: 'delivered', 'rejected' (the receiver answered, no retry), 'failed'
@@ -31,6 +33,10 @@
 -- ARGV[17] the event's content digest, '' for none: kept as long as the done marker
 -- Returns  {held, transition}: held is 1 if this attempt still held its lease; transition is
 --          'opened' or 'closed' when this outcome changed the breaker's state, else ''.
+-- Commands: one HSET per hash written, the history trimmed only when over its length, the
+-- recent record's TTL pushed out once a day, the lease and starts counter in one DEL; a
+-- Retry-After block that has passed is dropped here, so consume.lua needs no clock for a
+-- plainly closed breaker.
 local outcome = ARGV[2]
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -78,30 +84,45 @@ end
 local retry_after = tonumber(ARGV[5]) or 0
 if retry_after > 0 and now + retry_after > (tonumber(breaker[5]) or 0) then
   redis.call('HSET', KEYS[5], 'blocked_until', now + retry_after)
+elseif breaker[5] and (tonumber(breaker[5]) or 0) <= now then
+  redis.call('HDEL', KEYS[5], 'blocked_until')  -- over: nothing to compare with any more
 end
 
 if ARGV[9] ~= '' then
   local retention = tonumber(ARGV[14])
   if retention > 0 then
-    redis.call('RPUSH', KEYS[6], ARGV[9])
-    redis.call('LTRIM', KEYS[6], -tonumber(ARGV[13]), -1)
+    if redis.call('RPUSH', KEYS[6], ARGV[9]) > tonumber(ARGV[13]) then
+      redis.call('LTRIM', KEYS[6], -tonumber(ARGV[13]), -1)
+    end
     redis.call('EXPIRE', KEYS[6], retention)
   end
-  local outcomes = (redis.call('HGET', KEYS[7], 'outcomes') or '') .. ARGV[11]
-  redis.call('HSET', KEYS[7], 'outcomes', string.sub(outcomes, -tonumber(ARGV[15])))
+  local recent = redis.call('HMGET', KEYS[7], 'outcomes', 'exp')
+  local record = {'outcomes', string.sub((recent[1] or '') .. ARGV[11], -tonumber(ARGV[15]))}
   if outcome == 'delivered' then
-    redis.call('HSET', KEYS[7], 'last_success_at', now)
+    record[3], record[4] = 'last_success_at', now
   else
-    redis.call('HSET', KEYS[7], 'last_error', ARGV[12], 'last_error_at', now,
-               'last_error_event', ARGV[10])
+    record[3], record[4] = 'last_error', ARGV[12]
+    record[5], record[6] = 'last_error_at', now
+    record[7], record[8] = 'last_error_event', ARGV[10]
   end
-  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[16]))
+  local lifetime = tonumber(ARGV[16])
+  local seconds = math.floor(now / 1000)
+  local refresh = (tonumber(recent[2]) or 0) < seconds + lifetime - math.min(86400, lifetime / 2)
+  if refresh then
+    record[#record + 1] = 'exp'
+    record[#record + 1] = seconds + lifetime
+  end
+  redis.call('HSET', KEYS[7], unpack(record))
+  if refresh then
+    redis.call('EXPIRE', KEYS[7], lifetime)
+  end
 end
 
-redis.call('DEL', KEYS[4])
 local held = 0
 if redis.call('GET', KEYS[3]) == ARGV[1] then
-  redis.call('DEL', KEYS[3])
+  redis.call('DEL', KEYS[3], KEYS[4])
   held = 1
+else
+  redis.call('DEL', KEYS[4])
 end
 return {held, transition}
