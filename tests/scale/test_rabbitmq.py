@@ -253,7 +253,8 @@ def test_the_releaser_outlives_an_unreachable_broker_and_keeps_the_retries(
                      kwargs={"event_id": "evt-1"}, retries=1, countdown=0)
         releaser = Releaser().start()
         try:
-            wait_until(lambda: "broker.release_failed" in caplog.text, 30)
+            wait_until(lambda: "broker.release_failed" in caplog.text, 30,
+                       what=lambda: caplog.text[-3000:] or "nothing logged")
             assert releaser._thread is not None and releaser._thread.is_alive()
             assert schedule.stats().by_endpoint == {"ep-x": 1}
         finally:

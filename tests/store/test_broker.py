@@ -8,6 +8,7 @@ import contextlib
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -121,7 +122,8 @@ def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
             with pytest.raises(TimeoutError):
                 conn.drain_events(timeout=0.3)  # queue empty: now blocked on the doorbell
             assert conn.default_channel._waiting
-            wait_until(lambda: blocked(db) == 1)
+            # This consumer's own connection is blocked (the suite's other workers may be too).
+            wait_until(lambda: blocked_connection(db, conn.default_channel))
             publish(producer_conn, {"n": 7})
             drain_until(conn, lambda: got)  # the token wakes it, then it takes the message
         assert got == [{"n": 7}]
@@ -186,6 +188,13 @@ def idle_consumers(url: str, count: int, got: list, stop: threading.Event,
     for thread in threads:
         thread.start()
     return threads
+
+
+def blocked_connection(client: redis.Redis, channel: Any) -> bool:
+    """Whether ``channel``'s consuming connection is blocked on the doorbell."""
+    host, port = channel.client.connection._sock.getsockname()[:2]
+    return any(c["addr"] == f"{host}:{port}" and c["cmd"] in ("blmpop", "blpop")
+               for c in client.client_list())
 
 
 def blocked(client: redis.Redis) -> int:
