@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -302,6 +303,27 @@ def publish(setup: Setup, receiver: FastReceiver, n: int, prefix: str) -> None:
         naive.webhook.delay(receiver.url, {"type": "order.paid", "data": payload})
 
 
+def publish_all(setup: Setup, receiver: FastReceiver, count: int, prefix: str) -> None:
+    """Publish ``count`` events from a thread of their own: a Ctrl-C (raised in the main
+    thread only) then never cuts an AMQP frame in half, which would leave the publisher's
+    connection reading garbage for ever on the way out."""
+    failed: list[BaseException] = []
+
+    def publish_each() -> None:
+        try:
+            for n in range(count):
+                publish(setup, receiver, n, prefix)
+        except BaseException as exc:  # handed to the main thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=publish_each, name="publisher", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if failed:
+        raise failed[0]
+
+
 def batch(setup: Setup, receiver: FastReceiver, count: int, prefix: str,
           rabbit: Rabbit | None = None) -> dict[str, Any]:
     """``count`` events at once; each Redis's cost per delivery, and deliveries/s."""
@@ -312,8 +334,7 @@ def batch(setup: Setup, receiver: FastReceiver, count: int, prefix: str,
         each.start()
     node_cpu = rabbit.cpu() if rabbit else None
     started = time.monotonic()
-    for n in range(count):
-        publish(setup, receiver, n, prefix)
+    publish_all(setup, receiver, count, prefix)
     receiver.wait_for(count, 60 + count / 10, setup.worker)
     seconds = time.monotonic() - started
     setup.wait_idle()
