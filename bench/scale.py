@@ -32,6 +32,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,8 @@ AMQP_HOST, AMQP_PORT = "127.0.0.1", 5672
 AMQP_SETTLE = 1.0
 #: Blocking commands an idle consumer or releaser sits in.
 BLOCKING = {"brpop", "blpop", "blmpop", "xread"}
+#: The table's row for the RabbitMQ node's own CPU.
+RABBIT_ROW = "broker: RabbitMQ node CPU (whole node)"
 
 
 class Role:
@@ -186,8 +189,7 @@ def start_cluster(stack: ExitStack, workdir: Path, masters: int = 3) -> list[int
                     continue
             ports.append(port)
     for port in ports:
-        node_dir = workdir / f"cluster-{port}"
-        node_dir.mkdir()
+        node_dir = Path(tempfile.mkdtemp(prefix=f"cluster-{port}-", dir=workdir))
         with open(workdir / f"redis-cluster-{port}.log", "wb") as log:
             process = subprocess.Popen(
                 ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
@@ -286,6 +288,12 @@ def build(name: str, stack: ExitStack, workdir: Path) -> tuple[Setup, Rabbit | N
     assert name == "naive"
     server, naive = role(stack, "naive", workdir, "broker")
     os.environ["BENCH_NAIVE_BROKER_URL"] = server.url
+    from bench import naive as naive_app  # reads BENCH_NAIVE_BROKER_URL on first import
+
+    naive_app.app.conf.broker_url = server.url
+    # Drop the connection and producer pools on an earlier round's Redis (stopped): Celery
+    # does so after a fork, and has no public call for it.
+    naive_app.app._after_fork()
     return Setup(name, [naive], {"BENCH_NAIVE_BROKER_URL": server.url}, broker=naive,
                  queues=("celery",), blocked={"broker": 1}, app="bench.naive"), None
 
@@ -298,7 +306,7 @@ def publish(setup: Setup, receiver: FastReceiver, n: int, prefix: str) -> None:
         hookline.deliver.delay(f"scale-{n % ENDPOINTS}", "order.paid", payload,
                                event_id=f"{setup.name}-{prefix}-{n}")
     else:
-        from bench import naive  # reads BENCH_NAIVE_BROKER_URL on import
+        from bench import naive
 
         naive.webhook.delay(receiver.url, {"type": "order.paid", "data": payload})
 
@@ -368,22 +376,29 @@ def measure(name: str, options: argparse.Namespace, workdir: Path,
         stack.callback(setup.worker.stop)
         batch(setup, receiver, min(200, options.events), "warm", rabbit)
         result = batch(setup, receiver, options.events, "run", rabbit)
-        masters = [cost for label, cost in result["roles"].items()
-                   if label.startswith("state master")]
-        if masters:
+        if setup.name == "cluster":
             result["endpoints_per_master"] = endpoints_per_master(setup)
-            result["masters_sum"] = {
-                key: round(sum(cost[key] for cost in masters), 3)
-                for key in ("commands", "scripts", "round_trips", "redis_cpu_ms")}
-            result["spread"] = {
-                key: round(max(c[key] for c in masters) / min(c[key] for c in masters), 2)
-                if min(c[key] for c in masters) else None
-                for key in ("commands", "redis_cpu_ms")}
-            busiest = max(cost["redis_cpu_ms"] for cost in masters)
-            result["cluster_ceiling_per_s"] = round(1000 / busiest) if busiest else None
         if rabbit is not None:
             result["vhost"] = rabbit.vhost
-        return result
+        return derive(result)
+
+
+def derive(result: dict[str, Any]) -> dict[str, Any]:
+    """On a cluster: the masters' sum, their spread (busiest over idlest) and the deliveries/s
+    the state carries before its busiest master fills one core."""
+    masters = [cost for label, cost in result["roles"].items()
+               if label.startswith("state master")]
+    if masters:
+        result["masters_sum"] = {
+            key: round(sum(cost[key] for cost in masters), 3)
+            for key in ("commands", "scripts", "round_trips", "redis_cpu_ms")}
+        result["spread"] = {
+            key: round(max(c[key] for c in masters) / min(c[key] for c in masters), 2)
+            if min(c[key] for c in masters) else None
+            for key in ("commands", "redis_cpu_ms")}
+        busiest = max(cost["redis_cpu_ms"] for cost in masters)
+        result["cluster_ceiling_per_s"] = round(1000 / busiest) if busiest else None
+    return result
 
 
 def endpoints_per_master(setup: Setup) -> dict[str, int]:
@@ -420,16 +435,32 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         stack.callback(receiver.stop)
         result: dict[str, Any] = {"machine": info, "events": options.events,
                                   "endpoints": ENDPOINTS, "concurrency": CONCURRENCY,
-                                  "setups": {}, "skipped": {}}
-        for name in options.setups:
-            reason = (Rabbit.unavailable() if name == "rabbitmq" else
-                      cluster_unavailable() if name == "cluster" else None)
-            if reason:
-                print(f"{name}: skipped: {reason}", flush=True)
-                result["skipped"][name] = reason
-                continue
-            result["setups"][name] = measure(name, options, workdir, receiver)
-            print(f"{name}: {summary(result['setups'][name])}", flush=True)
+                                  "rounds": options.rounds, "setups": {}, "skipped": {}}
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for number in range(options.rounds):  # in turn: the machine's speed drifts
+            for name in options.setups:
+                reason = (Rabbit.unavailable() if name == "rabbitmq" else
+                          cluster_unavailable() if name == "cluster" else None)
+                if reason:
+                    print(f"{name}: skipped: {reason}", flush=True)
+                    result["skipped"][name] = reason
+                    continue
+                runs.setdefault(name, []).append(measure(name, options, workdir, receiver))
+                print(f"round {number + 1}, {name}: {summary(runs[name][-1])}", flush=True)
+        for name, each in runs.items():
+            combined = derive(median(each))  # the cluster's sums etc. from the medians
+            combined["rounds_deliveries_per_s"] = [r["deliveries_per_s"] for r in each]
+            combined["rounds_redis_cpu_ms"] = {
+                label: [r["roles"][label]["redis_cpu_ms"] for r in each]
+                for label in each[0]["roles"]}
+            if "rabbitmq_node_cpu_ms" in each[0]:
+                combined["rounds_redis_cpu_ms"][RABBIT_ROW] = [
+                    r.get("rabbitmq_node_cpu_ms") for r in each]
+            if "endpoints_per_master" in each[0]:
+                combined["endpoints_per_master"] = each[0]["endpoints_per_master"]
+            if "vhost" in combined:
+                combined["vhost"] = [r["vhost"] for r in each]
+            result["setups"][name] = combined
         one = result["setups"].get("one-redis")
         naive = result["setups"].get("naive")
         if one and naive:
@@ -438,6 +469,20 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 key: round(hook[key] / plain[key], 2) if plain[key] else None
                 for key in ("commands", "round_trips", "redis_cpu_ms")}
         return result
+
+
+def median(values: list[Any]) -> Any:
+    """The rounds' results in one: the median of each number, key by key (a key missing from
+    a round counts 0 there); anything else as the first round has it."""
+    first = values[0]
+    if isinstance(first, dict):
+        keys = list(dict.fromkeys(key for value in values for key in value))
+        return {key: median([value.get(key, 0) for value in values]) for key in keys}
+    if isinstance(first, (int, float)) and not isinstance(first, bool) and \
+            all(isinstance(value, (int, float)) for value in values):
+        middle = statistics.median(values)
+        return round(middle, 3) if isinstance(middle, float) else middle
+    return first
 
 
 def cluster_unavailable() -> str | None:
@@ -457,6 +502,11 @@ def summary(setup: dict[str, Any]) -> str:
     return f"{setup['deliveries_per_s']}/s; {roles}"
 
 
+def span(rounds: list[float | None] | None) -> str:
+    known = [value for value in rounds or () if value is not None]
+    return f" ({min(known)}-{max(known)})" if len(known) > 1 else ""
+
+
 def ceiling(cpu_ms: float) -> str:
     return f"{1000 / cpu_ms:,.0f}" if cpu_ms else "-"
 
@@ -469,24 +519,27 @@ def report(result: dict[str, Any]) -> str:
         f"{info['kombu']}, Redis {info['redis_server']}, commit {info['commit']}",
         "",
         f"{result['events']} events at once over {result['endpoints']} endpoints, one worker "
-        f"-P threads -c {result['concurrency']}; per delivery:",
+        f"-P threads -c {result['concurrency']}; per delivery, the median of "
+        f"{result['rounds']} round(s) (Redis CPU: median, and the rounds' range):",
         "",
         "| set-up / Redis role | commands | round trips | Redis CPU, ms | deliveries/s one "
         "core of it carries | deliveries/s measured |",
         "|---|---|---|---|---|---|",
     ]
     for name, setup in result["setups"].items():
-        rate = f"{setup['deliveries_per_s']:,}"
+        rate = f"{setup['deliveries_per_s']:,.0f}"
+        spans = setup.get("rounds_redis_cpu_ms", {})
         rows = list(setup["roles"].items())
         if "masters_sum" in setup:
             rows.insert(sum(label.startswith("state master") for label, _ in rows),
                         ("state, 3 masters' sum", setup["masters_sum"]))
         for label, cost in rows:
             lines.append(f"| {name} / {label} | {cost['commands']} | {cost['round_trips']} | "
-                         f"{cost['redis_cpu_ms']} | {ceiling(cost['redis_cpu_ms'])} | {rate} |")
+                         f"{cost['redis_cpu_ms']}{span(spans.get(label))} | "
+                         f"{ceiling(cost['redis_cpu_ms'])} | {rate} |")
         if "rabbitmq_node_cpu_ms" in setup:
-            lines.append(f"| {name} / broker: RabbitMQ node CPU (whole node) | - | - | "
-                         f"{setup['rabbitmq_node_cpu_ms']} | "
+            lines.append(f"| {name} / {RABBIT_ROW} | - | - | "
+                         f"{setup['rabbitmq_node_cpu_ms']}{span(spans.get(RABBIT_ROW))} | "
                          f"{ceiling(setup['rabbitmq_node_cpu_ms'])} | {rate} |")
     lines.append("")
     cluster = result["setups"].get("cluster")
@@ -514,10 +567,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=2000, help="events at once per set-up")
     parser.add_argument("--setups", type=lambda text: text.split(","), default=list(SETUPS),
                         help=f"comma-separated, of {','.join(SETUPS)} (default: all)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every set-up in turn; the table shows medians")
     parser.add_argument("--output", type=Path, default=RESULTS)
     options = parser.parse_args(argv)
-    if options.events < ENDPOINTS or not set(options.setups) <= set(SETUPS):
-        parser.error(f"--events >= {ENDPOINTS}; --setups among {','.join(SETUPS)}")
+    if options.events < ENDPOINTS or options.rounds < 1 or \
+            not set(options.setups) <= set(SETUPS):
+        parser.error(f"--events >= {ENDPOINTS}, --rounds >= 1; --setups among "
+                     f"{','.join(SETUPS)}")
     return run_bench(run, options, report)
 
 
