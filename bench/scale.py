@@ -352,7 +352,9 @@ def batch(setup: Setup, receiver: FastReceiver, count: int, prefix: str,
         roles[each.name] = each.meter.per_event(count, each.own)
     result: dict[str, Any] = {
         "events": count, "seconds": round(seconds, 2),
-        "deliveries_per_s": round(count / seconds), "duplicates": receiver.hits - receiver.distinct,
+        "deliveries_per_s": round(count / seconds),
+        # The naive task sends no webhook-id: duplicates cannot be told there.
+        "duplicates": receiver.hits - receiver.distinct if setup.app == "app" else None,
         "roles": roles}
     after = rabbit.cpu() if rabbit else None
     if node_cpu is not None and after is not None:
@@ -555,6 +557,11 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"Hookline (one-redis) over the naive task, per delivery: commands "
                      f"{ratio['commands']}x, round trips {ratio['round_trips']}x, Redis CPU "
                      f"{ratio['redis_cpu_ms']}x.")
+    seen = {name: setup["duplicates"] for name, setup in result["setups"].items()
+            if setup["duplicates"] is not None}
+    if seen:
+        lines.append("Duplicate deliveries (a webhook-id received twice), median: " +
+                     ", ".join(f"{name} {count}" for name, count in seen.items()) + ".")
     lines.append("Deliveries/s measured: one worker on this machine, publisher and servers "
                  "sharing its cores (the machine's ceiling here, not the servers').")
     for name, reason in result["skipped"].items():
