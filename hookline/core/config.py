@@ -428,6 +428,12 @@ def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) 
             f"{named}: a Redis Cluster cannot be Celery's broker (kombu has no cluster "
             "transport); set HOOKLINE_BROKER_URL to a single Redis, a Sentinel-managed one or "
             "RabbitMQ")
+    waits = (env.get("HOOKLINE_REDIS_WAIT_REPLICAS") or "").strip()
+    if settings.state_is_cluster and waits not in ("", "0"):
+        raise ConfigError(
+            f"HOOKLINE_REDIS_WAIT_REPLICAS={waits!r}: {variable} names a Redis Cluster, whose "
+            "writes Hookline does not wait for (WAIT applies to a Sentinel-managed Redis); "
+            "unset it (a sentinel:// broker still waits for all its replicas) or set 0")
     shards = _integer(env, "HOOKLINE_STATE_SHARDS",
                       CLUSTER_SHARDS if settings.state_is_cluster else 1, minimum=1, maximum=256)
     if shards > 1 and settings.broker_url == settings.redis_url:

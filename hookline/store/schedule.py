@@ -191,6 +191,7 @@ class RetrySchedule:
         self._unpark = self.redis.register_script(store.load_script("unpark"))
         self._confirm = self.redis.register_script(store.load_script("confirm"))
         self._woken = itertools.cycle(range(len(self.shards)))
+        self._claim_start = itertools.cycle(range(len(self.shards)))
         self._hold = self.redis.register_script(store.load_script("hold"))
         self._defer_claimed = self.redis.register_script(store.load_script("defer_claimed"))
 
@@ -218,20 +219,26 @@ class RetrySchedule:
     def release_due(self, *, batch: int = 500, queue: str = "hookline.retry",
                     broker: Any = None, queue_limit: int | None = None
                     ) -> tuple[int, float | None]:
-        """Release up to ``batch`` due retries of each shard, earliest first.
+        """Release up to ``batch`` due retries, earliest first within each shard.
 
         ``broker`` is None when the broker is this Redis: the script pushes the messages itself,
-        atomically. Otherwise the script claims them and they are pushed to ``broker`` here
-        and confirmed; a releaser dying in between leaves them claimed until the lease ends,
-        then another releases them again (the idempotency gate stops a second send).
+        atomically (up to ``batch`` per shard: each call checks the retry queue's length
+        against its limit itself). Otherwise the script claims them and they are pushed to
+        ``broker`` here and confirmed, ``batch`` in all over the shards (the caller sized it
+        to the room in the retry queue), starting from a different shard each call; a releaser
+        dying in between leaves them claimed until the lease ends, then another releases them
+        again (the idempotency gate stops a second send).
         Returns (released, seconds until the next retry is due or None when none is left).
         """
         released, wait = 0, None
-        for shard in self.shards:
+        start = next(self._claim_start) if broker is not None else 0
+        for shard in self.shards[start:] + self.shards[:start]:
             if broker is None:
                 count, next_wait = self._push_due(shard, batch, queue, queue_limit)
+            elif released < batch or not batch:  # no room: still read when the next is due
+                count, next_wait = self._claim_due(shard, batch - released, queue, broker)
             else:
-                count, next_wait = self._claim_due(shard, batch, queue, broker)
+                count, next_wait = 0, 0.0  # this shard was not looked at: look again soon
             released += count
             if next_wait is not None and (wait is None or next_wait < wait):
                 wait = next_wait

@@ -8,9 +8,11 @@ deliveries for it within that hold are parked straight away, due when the hold e
 Redis round trip (park.lua) instead of two (admit, then park), no HTTP, no gate. Rate-limited
 events are not held here: each one needs a slot of its own, booked by the gate.
 
-Only the gate decides that an endpoint is held; this only remembers it for as long as the
-gate said. An operator's ``hookline breaker reset`` is seen by this memory when the
-remembered hold ends (the deliveries parked meanwhile wait that long).
+Only the gate decides that an endpoint is held; this remembers it for as long as the gate
+said, but at most :data:`REMEMBER_AT_MOST` seconds: the next delivery after that asks the gate
+again, so an operator's ``hookline breaker reset`` reaches every worker within that time
+(deliveries parked from the memory meanwhile wait at most that long). Used on a RabbitMQ
+broker only (``hookline/worker/tasks.py``): on a Redis broker consume.lua parks them first.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from hookline.delivery.engine import Deferred
 
 #: Most endpoints remembered per process (the oldest holds are forgotten first).
 MAX_REMEMBERED = 10_000
+#: Longest a hold is remembered, seconds: how late a worker may see a ``breaker reset``.
+REMEMBER_AT_MOST = 5.0
 
 
 class HeldEndpoints:
@@ -40,7 +44,7 @@ class HeldEndpoints:
         """Note the hold a deferral reports (``Deferred.hold``; none for one event's own)."""
         if deferred.hold <= 0:
             return
-        until = self._clock() + deferred.hold
+        until = self._clock() + min(deferred.hold, REMEMBER_AT_MOST)
         with self._lock:
             if len(self._holds) >= MAX_REMEMBERED and endpoint_id not in self._holds:
                 self._holds.pop(next(iter(self._holds)))

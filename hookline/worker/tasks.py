@@ -15,7 +15,7 @@ import redis
 from celery.signals import task_failure, task_revoked
 
 from hookline.core import metrics
-from hookline.core.config import settings
+from hookline.core.config import broker_is_amqp, settings
 from hookline.core.errors import HooklineError
 from hookline.core.event import (
     MalformedEvent,
@@ -77,14 +77,16 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
                                self.request.id, "malformed", exc)
         return {"outcome": "dead_lettered", "reason": "malformed"}
-    held = HELD.held(endpoint_id)
+    amqp = broker_is_amqp(settings().broker_url)  # a Redis broker's consume.lua parks them
+    held = HELD.held(endpoint_id) if amqp else None
     if held is not None and request.deadline is None:
         return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
         DeliveryTask.engine = DeliveryEngine()
     result = DeliveryTask.engine.attempt(request, token=uuid.uuid4().hex)
     if isinstance(result, Deferred):  # not an attempt: the count stays
-        HELD.remember(endpoint_id, result)
+        if amqp:
+            HELD.remember(endpoint_id, result)
         self.park_next(result.request, result.countdown)
         return {"outcome": "deferred", "reason": result.reason, "countdown": result.countdown}
     if isinstance(result, RetryDue):

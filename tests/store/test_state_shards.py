@@ -99,6 +99,22 @@ def test_release_walks_every_shard(client, mode):
     assert all(not client.zcard(shard.releasing) for shard in schedule.shards)
 
 
+def test_a_claim_release_takes_its_batch_in_all_not_per_shard_and_reaches_every_shard(client):
+    """A broker elsewhere: the releaser sizes ``batch`` to the room in the retry queue, so the
+    shards share it; successive calls start at different shards, so none waits for ever."""
+    schedule = RetrySchedule(client, shards=SHARDS)
+    endpoint_ids = endpoints_in_every_shard(schedule, per_shard=3)
+    for endpoint_id in endpoint_ids:
+        park(schedule, endpoint_id, "due")
+    released, _ = schedule.release_due(batch=5, queue=QUEUE, broker=client)
+    assert released == 5
+    assert client.llen(QUEUE) == 5
+    while schedule.stats().total:
+        assert schedule.release_due(batch=5, queue=QUEUE, broker=client)[0] <= 5
+    pushed = {decode_task(message)[0] for message in client.lrange(QUEUE, 0, -1)}
+    assert pushed == {f"{endpoint_id}/due" for endpoint_id in endpoint_ids}
+
+
 def test_unpark_groups_ids_by_shard(client):
     schedule = RetrySchedule(client, shards=SHARDS)
     endpoint_ids = endpoints_in_every_shard(schedule)

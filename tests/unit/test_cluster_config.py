@@ -33,6 +33,8 @@ def test_a_cluster_state_url_gets_sixteen_shards_and_a_single_redis_one():
         ({"REDIS_URL": CLUSTER, "HOOKLINE_BROKER_URL": "redis://b:1/0",
           "HOOKLINE_STATE_SHARDS": "1000"}, "HOOKLINE_STATE_SHARDS"),
         ({"REDIS_URL": "cluster://c:7000"}, "redis\\+cluster://"),
+        ({"REDIS_URL": CLUSTER, "HOOKLINE_BROKER_URL": "redis://b:1/0",
+          "HOOKLINE_REDIS_WAIT_REPLICAS": "1"}, "HOOKLINE_REDIS_WAIT_REPLICAS='1'"),
     ],
 )
 def test_a_cluster_setting_hookline_cannot_use_is_refused_saying_why(env, said):

@@ -11,7 +11,7 @@ from hookline.delivery.engine import (
     DeliveryRequest,
     hold_countdown,
 )
-from hookline.worker.held import MAX_REMEMBERED, HeldEndpoints
+from hookline.worker.held import MAX_REMEMBERED, REMEMBER_AT_MOST, HeldEndpoints
 
 REQUEST = DeliveryRequest(endpoint_id="ep", event_type="t", payload={}, event_id="e1")
 
@@ -27,13 +27,22 @@ class Clock:
 def test_an_endpoint_hold_is_remembered_for_as_long_as_the_gate_said():
     clock = Clock()
     held = HeldEndpoints(clock)
-    held.remember("ep", Deferred(31.2, "breaker_open", REQUEST, hold=30.0))
-    assert held.held("ep") == ("breaker_open", 30.0)
-    clock.now += 29.5
+    held.remember("ep", Deferred(4.2, "breaker_open", REQUEST, hold=4.0))
+    assert held.held("ep") == ("breaker_open", 4.0)
+    clock.now += 3.5
     assert held.held("ep") == ("breaker_open", 0.5)
     clock.now += 0.5
     assert held.held("ep") is None
     assert held.held("other") is None
+
+
+def test_a_long_hold_is_remembered_only_briefly_so_a_breaker_reset_is_seen_soon():
+    clock = Clock()
+    held = HeldEndpoints(clock)
+    held.remember("ep", Deferred(31.2, "breaker_open", REQUEST, hold=30.0))
+    assert held.held("ep") == ("breaker_open", REMEMBER_AT_MOST)
+    clock.now += REMEMBER_AT_MOST
+    assert held.held("ep") is None  # the next delivery asks the gate again
 
 
 def test_a_deferral_of_one_event_holds_nothing():
