@@ -24,6 +24,7 @@ from kombu.exceptions import KombuError
 
 from hookline.core.config import Settings
 from hookline.core.errors import HooklineError
+from hookline.delivery.retries import dead_letter_text
 
 #: Seconds to wait for the broker: a connection, a publisher confirm, a passive declare.
 BROKER_TIMEOUT = 10.0
@@ -73,7 +74,17 @@ class RabbitBroker:
             try:
                 for message in messages:
                     if message:
-                        body, options = unwrap(message)
+                        try:
+                            body, options = unwrap(message)
+                        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                            # Not a stored envelope (corrupted in Redis): kept as a dead
+                            # letter and counted done, so it never blocks the retries behind
+                            # it; not kept (Redis refused): stop here, tried again later.
+                            if not dead_letter_text(message, "a released retry that is not a "
+                                                    f"broker envelope: {type(exc).__name__}"):
+                                break
+                            done += 1
+                            continue
                         producer.publish(body, exchange=declared.exchange, routing_key=queue,
                                          declare=[declared], retry=True,
                                          retry_policy=PUBLISH_RETRY_POLICY,

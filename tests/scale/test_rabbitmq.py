@@ -237,6 +237,34 @@ def test_scheduled_retries_release_to_rabbitmq_without_a_worker(rabbit, receiver
         assert args == ["ep-x", "t", {"a": 1}] and kwargs["event_id"] == "evt-1"
 
 
+def test_a_corrupted_stored_retry_is_dead_lettered_and_does_not_block_the_others(rabbit):
+    """A stored message that is no broker envelope (corrupted in Redis) goes to the dead-letter
+    queue as malformed; the retries claimed with it are published all the same."""
+    from hookline.delivery import retries
+    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.releaser import Releaser
+    from hookline.store.deadletter import DeadLetterQueue
+
+    schedule = RetrySchedule()
+    for event in ("evt-bad", "evt-good"):
+        retries.park(celery_app(), schedule, task_id=f"task-{event}", args=["ep-x", "t", {}],
+                     kwargs={"event_id": event}, retries=1, countdown=0)
+    shard = schedule.shard_of("ep-x")
+    schedule.redis.hset(shard.messages, "ep-x/evt-bad", "{not a broker envelope")
+    releaser = Releaser().start()
+    try:
+        wait_until(lambda: schedule.stats().total == 0, 20)
+    finally:
+        releaser.stop()
+    kept = list(DeadLetterQueue().find(limit=10))
+    assert [(entry.reason, entry.payload) for entry in kept] == [
+        ("malformed", "{not a broker envelope")]
+    retry_queue = celery_app().amqp.queues["hookline.retry"]
+    with celery_app().connection_for_read() as connection:
+        message = connection.SimpleQueue(retry_queue, no_ack=True).get(timeout=10)
+        assert message.headers["id"] == "task-evt-good"
+
+
 def test_the_releaser_outlives_an_unreachable_broker_and_keeps_the_retries(
         state_redis, caplog):
     """No RabbitMQ answers: the releaser logs it and tries again; nothing leaves the
