@@ -22,6 +22,12 @@ from hookline.store.schedule import RetrySchedule, ScheduleFull
 
 _schedule: RetrySchedule | None = None
 
+#: Redis errors that pass: the park is tried again with the message (requeued or restored),
+#: not dead-lettered.
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError,
+             redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+             redis.exceptions.MasterDownError)
+
 
 def schedule() -> RetrySchedule:
     """This process's retry schedule (its scripts registered once, not at every park)."""
@@ -89,8 +95,9 @@ class ParkingTask(Task):
                                            last_status=status, last_error=error)
             self._tell_flower_dead_lettered("backlog_full")
             raise Ignore() from None
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            # Redis is unreachable (down, restarting, loading its AOF): the message itself is
+        except TRANSIENT as exc:
+            # Redis is unreachable (down, restarting, loading its AOF) or between masters (a
+            # Sentinel or Cluster failover: read-only, cluster down, try again): the message is
             # still recorded as unacknowledged in the broker, which is the durable next step.
             # Do not acknowledge it: requeued if Redis answers again by the time the reject is
             # sent, otherwise restored after the visibility timeout. The idempotency gate

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from hookline.core.messages import TASK_NAME
 from hookline.store import connection as store
 from hookline.store.schedule import (
     DUE_KEY,
@@ -193,3 +194,34 @@ def test_a_separate_broker_gets_claimed_retries_pushed_and_confirmed(client):
     assert schedule.stats().total == 0 and client.zcard("hookline:{schedule}:releasing") == 0
     emptied(url).close()
     broker.close()
+
+
+def test_a_park_on_a_demoted_master_fails_as_a_passing_error_not_a_refusal(tmp_path):
+    """A Sentinel failover leaves writers on a master that became a replica for a while: the
+    park fails with READONLY, which the worker treats like an unreachable Redis (the message
+    is requeued or restored and the park tried again), not as a refusal to dead-letter."""
+    import redis
+
+    from hookline.worker.parking import TRANSIENT
+    from tests.conftest import PrivateRedis
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "r").mkdir()
+    master, replica = PrivateRedis(tmp_path / "m"), PrivateRedis(tmp_path / "r")
+    try:
+        master.start()
+        replica_client = replica.start()
+        replica_client.replicaof("127.0.0.1", master.port)
+        wait_until(lambda: replica_client.info("replication")["master_link_status"] == "up")
+        schedule = RetrySchedule(redis.Redis(port=replica.port))
+        message = build_message(app, task_name=TASK_NAME, task_id="t-ro", args=["ep", "t", {}],
+                                kwargs={"event_id": "e-ro"}, retries=1, queue="q")
+        with pytest.raises(redis.RedisError) as refused:
+            schedule.park(endpoint_id="ep", event_id="e-ro", countdown=1, message=message)
+        assert isinstance(refused.value, redis.exceptions.ReadOnlyError)
+        assert isinstance(refused.value, TRANSIENT)
+    finally:
+        for server in (replica, master):  # throwaway servers: no graceful shutdown needed
+            if server.process is not None:
+                server.process.kill()
+                server.process.wait(10)
