@@ -298,10 +298,12 @@ def test_send_rejects_a_payload_that_is_not_json(published: Publications) -> Non
 
 @pytest.mark.usefixtures("long_cooldown")
 def test_breaker_status_shows_an_open_breaker_and_reset_closes_it() -> None:
-    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/")
-    succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
-    threshold = open_breaker("shop")
-    status = json_out("breaker", "status", "shop")
+    # Endpoints of their own: the session worker may still be failing the send test's event
+    # to "shop" (https://shop.example/ is not reachable), which would count on its breaker.
+    succeeds("endpoint", "add", "brk-shop", "--url", "https://shop.example/")
+    succeeds("endpoint", "add", "brk-crm", "--url", "https://crm.example/")
+    threshold = open_breaker("brk-shop")
+    status = json_out("breaker", "status", "brk-shop")
     assert set(status) == {"endpoint_id", "state", "failures", "open_until", "blocked_until",
                            "cooldown"}
     assert (status["state"], status["failures"]) == ("open", threshold)
@@ -309,31 +311,31 @@ def test_breaker_status_shows_an_open_breaker_and_reset_closes_it() -> None:
     assert status["blocked_until"] is None
     assert status["cooldown"] == COOLDOWN
     assert [(item["endpoint_id"], item["state"]) for item in json_out("breaker", "status")
-            ] == [("crm", "closed"), ("shop", "open")]
+            ] == [("brk-crm", "closed"), ("brk-shop", "open")]
     table = {line.split()[0]: line for line in succeeds("breaker", "status").stdout.splitlines()}
     assert table["ENDPOINT"].split()[:3] == ["ENDPOINT", "STATE", "FAILURES"]
-    assert table["shop"].split()[1:3] == ["open", str(threshold)]
-    assert re.search(r"\(in \d+s\)", table["shop"])
-    assert table["crm"].split()[1:3] == ["closed", "0"]
-    assert re.search(r"^state: +open$", succeeds("breaker", "status", "shop").stdout, re.M)
+    assert table["brk-shop"].split()[1:3] == ["open", str(threshold)]
+    assert re.search(r"\(in \d+s\)", table["brk-shop"])
+    assert table["brk-crm"].split()[1:3] == ["closed", "0"]
+    assert re.search(r"^state: +open$", succeeds("breaker", "status", "brk-shop").stdout, re.M)
 
-    reset = succeeds("breaker", "reset", "shop")
-    assert reset.stdout == "breaker of shop reset: closed, no Retry-After block\n"
-    status = json_out("breaker", "status", "shop")
+    reset = succeeds("breaker", "reset", "brk-shop")
+    assert reset.stdout == "breaker of brk-shop reset: closed, no Retry-After block\n"
+    status = json_out("breaker", "status", "brk-shop")
     assert (status["state"], status["failures"], status["open_until"]) == ("closed", 0, None)
-    assert Gate().admit("shop", "after-reset", "t").verdict == "admitted"
+    assert Gate().admit("brk-shop", "after-reset", "t").verdict == "admitted"
 
 
 def test_breaker_status_shows_a_retry_after_block_and_reset_lifts_it() -> None:
-    succeeds("endpoint", "add", "shop", "--url", "https://shop.example/")
-    block_with_retry_after("shop", 30)
-    status = json_out("breaker", "status", "shop")
+    succeeds("endpoint", "add", "brk-shop", "--url", "https://shop.example/")
+    block_with_retry_after("brk-shop", 30)
+    status = json_out("breaker", "status", "brk-shop")
     assert status["state"] == "closed"
     assert time.time() + 20 < status["blocked_until"] <= time.time() + 31
     assert re.search(r"^blocked until: .*\(in \d+s\)$",
-                     succeeds("breaker", "status", "shop").stdout, re.M)
-    succeeds("breaker", "reset", "shop")
-    assert json_out("breaker", "status", "shop")["blocked_until"] is None
+                     succeeds("breaker", "status", "brk-shop").stdout, re.M)
+    succeeds("breaker", "reset", "brk-shop")
+    assert json_out("breaker", "status", "brk-shop")["blocked_until"] is None
 
 
 def test_breaker_commands_refuse_an_unknown_endpoint() -> None:
