@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -49,14 +46,17 @@ import redis
 from redis.crc import key_slot
 
 from bench.common import (
+    AMQP_HOST,
+    AMQP_PORT,
     FastReceiver,
+    LocalCluster,
     RedisServer,
     Worker,
-    free_port,
     machine,
     private_redis,
+    rabbitmq_unavailable,
+    rabbitmqctl,
     run_bench,
-    stop_process,
 )
 from bench.redis_cost import Meter
 
@@ -64,8 +64,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
 ENDPOINTS = 20
 CONCURRENCY = 32
 SETUPS = ("one-redis", "redis-broker-apart", "rabbitmq", "cluster", "naive")
-#: The machine's RabbitMQ (guest/guest), as tests/support/rabbitmq.py expects it.
-AMQP_HOST, AMQP_PORT = "127.0.0.1", 5672
 #: Seconds after the last receipt on RabbitMQ (no queue length to poll cheaply: rabbitmqctl
 #: boots an Erlang VM) for the last acks and task events.
 AMQP_SETTLE = 1.0
@@ -133,31 +131,14 @@ class Setup:
 
 
 class Rabbit:
-    """A throwaway vhost on the machine's RabbitMQ (tests/support/rabbitmq.py's logic)."""
-
-    @staticmethod
-    def unavailable() -> str | None:
-        if shutil.which("rabbitmqctl") is None:
-            return "rabbitmqctl is not installed"
-        try:
-            with socket.create_connection((AMQP_HOST, AMQP_PORT), timeout=2):
-                pass
-        except OSError as exc:
-            return f"no RabbitMQ answers on {AMQP_HOST}:{AMQP_PORT} ({exc.strerror or exc})"
-        return None
-
-    @staticmethod
-    def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-        # Its own session: a Ctrl-C reaches only the bench, which then deletes the vhost.
-        return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True,
-                              timeout=60, check=False, start_new_session=True)
+    """A throwaway vhost on the machine's RabbitMQ, deleted by the stack."""
 
     def __init__(self, stack: ExitStack) -> None:
         self.vhost = f"hl-bench-scale-{uuid.uuid4().hex[:8]}"
-        stack.callback(self.ctl, "delete_vhost", self.vhost)  # before it exists: Ctrl-C
+        stack.callback(rabbitmqctl, "delete_vhost", self.vhost)  # before it exists: Ctrl-C
         for args in (("add_vhost", self.vhost),
                      ("set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*")):
-            done = self.ctl(*args)
+            done = rabbitmqctl(*args)
             if done.returncode != 0:
                 raise RuntimeError(f"rabbitmqctl {args[0]}: {done.stderr.strip() or done.stdout}")
         self.url = f"pyamqp://guest:guest@{AMQP_HOST}:{AMQP_PORT}/{self.vhost}"
@@ -173,66 +154,6 @@ class Rabbit:
         except psutil.Error:
             return None
         return float(times.user + times.system)
-
-
-def start_cluster(stack: ExitStack, workdir: Path, masters: int = 3) -> list[int]:
-    """A Redis Cluster of ``masters`` masters, no replicas (tests/support/cluster.py's logic,
-    each node in its own session, stopped by ``stack``); its ports."""
-    ports: list[int] = []
-    while len(ports) < masters:
-        port = free_port()
-        if port + 10000 < 65536 and port not in ports:
-            with socket.socket() as sock:
-                try:
-                    sock.bind(("127.0.0.1", port + 10000))  # the cluster bus port
-                except OSError:
-                    continue
-            ports.append(port)
-    for port in ports:
-        node_dir = Path(tempfile.mkdtemp(prefix=f"cluster-{port}-", dir=workdir))
-        with open(workdir / f"redis-cluster-{port}.log", "wb") as log:
-            process = subprocess.Popen(
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                 "--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no",
-                 "--daemonize", "no", "--dir", str(node_dir)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        stack.callback(stop_process, process, timeout=10.0)
-    for port in ports:
-        node = redis.Redis(port=port, socket_timeout=1)
-        stack.callback(node.close)
-        wait(node.ping, f"cluster node {port} answers")
-    created = subprocess.run(
-        ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in ports),
-         "--cluster-replicas", "0", "--cluster-yes"],
-        capture_output=True, text=True, timeout=60, start_new_session=True)
-    if created.returncode != 0:
-        raise RuntimeError(f"redis-cli --cluster create failed:\n{created.stdout}"
-                           f"{created.stderr}")
-
-    def ready() -> bool:
-        infos = []
-        for port in ports:
-            with redis.Redis(port=port, socket_timeout=2, decode_responses=True) as node:
-                infos.append(node.cluster("info"))
-        return all(info.get("cluster_state") == "ok" and
-                   str(info.get("cluster_slots_assigned")) == "16384" for info in infos)
-
-    wait(ready, "the cluster is ok", timeout=30)
-    return ports
-
-
-def wait(check: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except redis.RedisError:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:.0f}s for: {what}")
-        time.sleep(0.1)
 
 
 def use(redis_url: str, broker_url: str | None) -> None:
@@ -274,7 +195,9 @@ def build(name: str, stack: ExitStack, workdir: Path) -> tuple[Setup, Rabbit | N
         return Setup(name, [state], {}, broker=None, queues=(),
                      blocked={"state": 1}), rabbit
     if name == "cluster":
-        ports = start_cluster(stack, workdir)
+        cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="cluster-", dir=workdir)))
+        stack.callback(cluster.stop)
+        ports = cluster.start().ports
         masters = []
         for number, port in enumerate(ports, 1):
             client = redis.Redis(port=port, decode_responses=True)
@@ -441,8 +364,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         runs: dict[str, list[dict[str, Any]]] = {}
         for number in range(options.rounds):  # in turn: the machine's speed drifts
             for name in options.setups:
-                reason = (Rabbit.unavailable() if name == "rabbitmq" else
-                          cluster_unavailable() if name == "cluster" else None)
+                reason = (rabbitmq_unavailable() if name == "rabbitmq" else
+                          LocalCluster.unavailable() if name == "cluster" else None)
                 if reason:
                     print(f"{name}: skipped: {reason}", flush=True)
                     result["skipped"][name] = reason
@@ -485,17 +408,6 @@ def median(values: list[Any]) -> Any:
         middle = statistics.median(values)
         return round(middle, 3) if isinstance(middle, float) else middle
     return first
-
-
-def cluster_unavailable() -> str | None:
-    for program in ("redis-server", "redis-cli"):
-        if shutil.which(program) is None:
-            return f"{program} is not installed: a Redis Cluster cannot be started"
-    import redis.cluster
-
-    if not hasattr(redis.cluster, "TransactionStrategy"):
-        return f"redis-py {redis.__version__} cannot run Hookline's state on a cluster (6.1+)"
-    return None
 
 
 def summary(setup: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ import pytest
 # Imported now, under the suite's settings: its module-level broker settings are what the
 # worker's Celery app (hookline.worker.celery) reads, for the rest of the session.
 import hookline.celeryconfig  # noqa: F401
+from bench.common import LocalCluster
 from examples.receiver import Receiver, Reply, always, fail_first, in_order
 from hookline.core import config
 from hookline.delivery.publisher import celery_app
@@ -30,7 +31,6 @@ from hookline.store.gates import Gate
 from hookline.store.schedule import RetrySchedule, build_message
 from tests.conftest import PrivateRedis, WorkerProcess, wait_until
 from tests.support.cli import fails, json_out, succeeds
-from tests.support.cluster import LocalCluster
 
 pytestmark = pytest.mark.scale
 
