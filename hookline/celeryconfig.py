@@ -69,15 +69,7 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         values["broker_heartbeat"] = 0
         return values
     if config.broker_url.startswith(("redis://", "rediss://", "unix://")):
-        unsupported = compat.problems(versions_only=True)
-        if unsupported:
-            # A worker refuses to start here (hookline/worker/boot.py); a publisher goes on
-            # with kombu's stock transport, which loses only the doorbell's prompt wake-up.
-            warnings.warn("hookline: " + "; ".join(unsupported) + ": publishing with kombu's "
-                          "stock Redis transport", RuntimeWarning, stacklevel=2)
-        else:
-            # The Redis transport that loses no message when a worker dies (hookline/broker.py).
-            values["broker_transport"] = "hookline.broker:Transport"
+        _use_transport(values, "Transport", "Redis", stacklevel=3)
     if sentinel.is_sentinel(config.broker_url):
         values.update(sentinel_broker_settings(config, options))
     return values
@@ -97,13 +89,23 @@ def sentinel_broker_settings(config: Settings, options: dict[str, Any]) -> dict[
         options["sentinel_kwargs"]["password"] = config.sentinel_password
     values: dict[str, Any] = {"broker_url": url, "broker_read_url": url,
                               "broker_write_url": url}
+    _use_transport(values, "SentinelTransport", "Sentinel", stacklevel=4)
+    return values
+
+
+def _use_transport(values: dict[str, Any], transport: str, kind: str, *,
+                   stacklevel: int) -> None:
+    """Hookline's ``hookline.broker:<transport>``, the one that loses no message when a
+    worker dies, unless celery or kombu is outside the tested range: a worker refuses to
+    start then (hookline/worker/boot.py), and a publisher goes on with kombu's stock
+    ``kind`` transport, which loses only the doorbell's prompt wake-up (warned, pointing at
+    ``stacklevel``)."""
     unsupported = compat.problems(versions_only=True)
     if unsupported:
         warnings.warn("hookline: " + "; ".join(unsupported) + ": publishing with kombu's "
-                      "stock Sentinel transport", RuntimeWarning, stacklevel=3)
+                      f"stock {kind} transport", RuntimeWarning, stacklevel=stacklevel)
     else:
-        values["broker_transport"] = "hookline.broker:SentinelTransport"
-    return values
+        values["broker_transport"] = f"hookline.broker:{transport}"
 
 
 # The worker's own app publishes only task events (Flower's): they need no publisher confirm,
