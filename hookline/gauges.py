@@ -92,9 +92,8 @@ class RedisStateCollector(Collector):
         for endpoint_id in endpoint_ids:
             pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until")
         breakers = pipe.execute() if endpoint_ids else []
-        seconds, micros = client.time()
+        now_ms = store.redis_time(client) * 1000
         lengths = queue_lengths(broker)
-        now_ms = int(seconds) * 1000 + int(micros) / 1000
 
         yield _gauge("hookline_queue_depth", "Messages waiting in a Celery queue: hookline "
                      "(first deliveries) or hookline.retry (released retries).", "queue",

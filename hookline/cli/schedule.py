@@ -25,18 +25,13 @@ from hookline.core.config import settings
 from hookline.core.logs import configure_json_logging
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.releaser import Releaser
+from hookline.store.connection import redis_time
 from hookline.store.schedule import RetrySchedule, ScheduledRetry, ScheduleStats
 
 #: Seconds ``hookline releaser`` waits, after a signal, for its release loop to finish.
 STOP_TIMEOUT = 5.0
 #: Endpoints listed by name under "scheduled retries" in ``hookline stats``; the rest are summed.
 TOP_ENDPOINTS = 10
-
-
-def redis_now(schedule: RetrySchedule) -> float:
-    """Redis server time, Unix seconds: the clock due times are measured on."""
-    seconds, micros = schedule.redis.time()
-    return int(seconds) + int(micros) / 1e6
 
 
 def describe_due(due: float, now: float) -> str:
@@ -91,7 +86,7 @@ def schedule_rows(found: ScheduleStats, schedule: RetrySchedule) -> list[tuple[s
     elif found.lag > 0:  # measured in the same Redis round trip as oldest_due
         oldest = describe_due(found.oldest_due, found.oldest_due + found.lag)
     else:
-        oldest = describe_due(found.oldest_due, redis_now(schedule))
+        oldest = describe_due(found.oldest_due, redis_time(schedule.redis))
     rows += [("oldest retry", oldest), ("release", describe_lag(found.lag))]
     return rows
 
@@ -135,7 +130,7 @@ def schedule_list(endpoint_id: str | None, limit: int, as_json: bool) -> None:
         click.echo("no scheduled retries" + (f" for endpoint {endpoint_id}" if endpoint_id
                                              else ""))
         return
-    now = redis_now(retry_schedule)
+    now = redis_time(retry_schedule.redis)
     echo_table(
         ["id", "due", "attempts", "last status", "last error"],
         [

@@ -74,8 +74,7 @@ def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
     for item in limited:
         pipe.hget(keys.breaker_key(item.id), "book")  # the rate limiter shares the hash
     books = pipe.execute()
-    seconds, micros = store.client().time()  # keyless: not in a (cluster) pipeline
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = store.redis_time(store.client()) * 1000
     return [{"endpoint_id": item.id, "rate": item.rate, "booked_until": float(book) / 1000}
             for item, book in zip(limited, books, strict=True)
             if book and float(book) > now_ms]

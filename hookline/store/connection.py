@@ -32,6 +32,14 @@ def ring(pipe: redis.Redis | redis.client.Pipeline, queue: str, count: int = 1) 
     return pipe.lpush(doorbell_key(queue), *["1"] * max(1, min(count, RING_MAX)))
 
 
+def redis_time(client: redis.Redis) -> float:
+    """``client``'s server time, Unix seconds: the clock Hookline's due times, blocks and
+    breakers are measured on. TIME is keyless: read on its own, never in a pipeline (a
+    cluster pipeline cannot route it)."""
+    seconds, micros = client.time()
+    return int(seconds) + int(micros) / 1e6
+
+
 def redis_for(url: str, *, decode_responses: bool = True, **options: object) -> redis.Redis:
     """A Redis client for ``url``: the one place a URL becomes a client, for Hookline's state
     (``REDIS_URL``) and for a Redis broker (``HOOKLINE_BROKER_URL``). ``options`` are passed

@@ -189,8 +189,7 @@ class Gate:
     def redis_now_ms(self) -> int:
         """Redis time, milliseconds. TIME is keyless: read on its own, never in a pipeline
         (a cluster pipeline cannot route it)."""
-        seconds, micros = self.redis.time()
-        return int(seconds) * 1000 + int(micros) // 1000
+        return int(store.redis_time(self.redis) * 1000)
 
     def breaker_status(self, endpoint_id: str, *, now_ms: int | None = None) -> BreakerStatus:
         """``now_ms``: Redis time (:meth:`redis_now_ms`), read here when not given."""

@@ -367,12 +367,6 @@ class RetrySchedule:
         shard = self.shards[next(self._woken)]
         self.redis.blpop([shard.wake], timeout=max(0.01, timeout))
 
-    def redis_now(self) -> float:
-        """Redis server time, Unix seconds: the clock due times are measured on. TIME is
-        keyless, so it is read on its own (a cluster pipeline cannot route it)."""
-        seconds, micros = self.redis.time()
-        return int(seconds) + int(micros) / 1e6
-
     def stats(self) -> ScheduleStats:
         total, oldest = 0, None
         by_endpoint: dict[str, int] = {}
@@ -386,7 +380,7 @@ class RetrySchedule:
             by_endpoint.update((ep, int(n)) for ep, n in counts.items() if int(n) > 0)
             if head and (oldest is None or head[0][1] / 1000.0 < oldest):
                 oldest = head[0][1] / 1000.0
-        now = self.redis_now()
+        now = store.redis_time(self.redis)
         return ScheduleStats(
             total=total,
             by_endpoint=by_endpoint,
