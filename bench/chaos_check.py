@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from bench.chaos_rate import check_rate
-from hookline.store import keys
+from hookline.store import delivery
 from hookline.store.deadletter import DLQ_KEY, DeadLetterQueue
 from hookline.store.schedule import META_KEY
 
@@ -45,14 +45,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 
 def final_states(client: redis.Redis, events: dict[str, str]) -> tuple[set[str], set[str]]:
     """(events with a done marker, events with a dead letter): one pipelined round trip."""
+    ids = list(events)
+    marked = delivery.delivered(client, [(events[event_id], event_id) for event_id in ids])
     pipe = client.pipeline(transaction=False)
     for event_id, endpoint_id in events.items():
-        pipe.exists(keys.done_key(endpoint_id, event_id))
         pipe.hexists(DLQ_KEY, f"{endpoint_id}/{event_id}")
     replies = pipe.execute()
-    ids = list(events)
-    done = {ids[n] for n in range(len(ids)) if replies[2 * n]}
-    dead = {ids[n] for n in range(len(ids)) if replies[2 * n + 1]}
+    done = {ids[n] for n in range(len(ids)) if marked[n]}
+    dead = {ids[n] for n in range(len(ids)) if replies[n]}
     return done, dead
 
 

@@ -13,12 +13,11 @@ the limiter let too many through (unexplained: a failure).
 from __future__ import annotations
 
 import bisect
-import json
 from typing import Any
 
 import redis
 
-from hookline.store import keys
+from hookline.store.history import AttemptHistory
 
 #: Seconds a send time may lie after the arrival it is matched to (same host, same clock).
 CLOCK_SLACK = 0.01
@@ -39,14 +38,9 @@ def busiest_window(times: list[float], width: float = 1.0) -> tuple[int, float]:
 def send_times(client: redis.Redis, endpoint_id: str, event_ids: list[str]
                ) -> dict[str, list[float]]:
     """event id -> sorted send times of its attempts (attempt end minus its latency)."""
-    pipe = client.pipeline(transaction=False)
-    for event_id in event_ids:
-        pipe.lrange(keys.history_key(endpoint_id, event_id), 0, -1)
-    sends: dict[str, list[float]] = {}
-    for event_id, records in zip(event_ids, pipe.execute(), strict=True):
-        attempts = [json.loads(text) for text in records]
-        sends[event_id] = sorted(float(a["at"]) - float(a["latency"]) for a in attempts)
-    return sends
+    found = AttemptHistory(client).attempts_of(endpoint_id, event_ids)
+    return {event_id: sorted(a.at - a.latency for a in attempts)
+            for event_id, attempts in found.items()}
 
 
 def sent_at(sends: list[float], arrival: float) -> float | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from bench.common import RedisServer
 from bench.compare_meters import CpuMeter, RssSampler
 from bench.compare_procs import EVENT_TYPE, Contender, PoolWorker, ReceiverProcess
 from bench.compare_procs import payload as make_payload
-from hookline.store import keys
+from hookline.store.history import AttemptHistory
 
 LOOPBACK = "127.0.0.0/8"
 #: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency).
@@ -203,11 +202,9 @@ def send_times(client: redis.Redis, endpoint_id: str, events: int) -> list[float
     """When each attempt left a worker, from Hookline's attempt history (end - latency):
     the limiter's view, before the variable delay to the receiver's arrival time."""
 
-    pipe = client.pipeline(transaction=False)
-    for n in range(events):
-        pipe.lrange(keys.history_key(endpoint_id, f"{endpoint_id}-{n:06d}"), 0, -1)
-    records = [json.loads(text) for texts in pipe.execute() for text in texts]
-    return sorted(float(r["at"]) - float(r["latency"]) for r in records)
+    found = AttemptHistory(client).attempts_of(
+        endpoint_id, [f"{endpoint_id}-{n:06d}" for n in range(events)])
+    return sorted(a.at - a.latency for attempts in found.values() for a in attempts)
 
 
 def rate_limit(workdir: Path, receiver: ReceiverProcess, events: int,

@@ -54,7 +54,7 @@ from bench.schedule_tools import (
     wait_count,
     worker_env,
 )
-from hookline.store import keys
+from hookline.store import delivery
 
 RESULTS = Path(__file__).resolve().parent / "results" / "schedule.json"
 RELEASE_COUNT = 10_000
@@ -205,10 +205,8 @@ def retry_timing(workdir: Path, events: int) -> dict[str, Any]:
                 second[request.webhook_id] = request.at
         late = sorted((second[i] - first[i] - RETRY_DELAY) * 1000 for i in second if i in first)
         time.sleep(1.0)  # the last settles
-        pipe = client.pipeline(transaction=False)
-        for n in range(events):
-            pipe.exists(keys.done_key(ENDPOINT, f"timing-{n:06d}"))
-        delivered = sum(pipe.execute())
+        delivered = sum(delivery.delivered(
+            client, [(ENDPOINT, f"timing-{n:06d}") for n in range(events)]))
         return {"events": events, "delivered": delivered, "retried": len(late),
                 "requests": len(receiver.received), "seconds": round(seconds, 1),
                 "publish_seconds": round(publish_seconds, 2),

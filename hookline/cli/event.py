@@ -89,7 +89,7 @@ def event_show(event_id: str, endpoint_id: str | None, as_json: bool) -> None:
                   if found.attempts or found.state != "pending" or found.conflict]
     if not deliveries:
         where = f" at endpoint {shown(endpoint_id)}" if endpoint_id else ""
-        kept = format_age(settings().history_retention)
+        kept = format_age(settings().history_lifetime)
         raise click.ClickException(
             f"nothing recorded for event {shown(event_id)}{where}: no attempt in the last {kept} "
             "(HOOKLINE_HISTORY_RETENTION), no scheduled retry, no dead letter; it may still "

@@ -129,8 +129,10 @@ class Settings:
     #: under ``endpoint="_other"``. 0: none (every endpoint is ``_other``).
     metrics_max_endpoints: int = 200
     log_format: str = "text"
-    #: Seconds an event's attempt history is kept after its latest attempt; 0: none is kept.
-    history_retention: float = 7 * 86400.0
+    #: Seconds an event's attempt history is kept after its latest attempt; 0: none is kept;
+    #: None (the default): as long as the event's delivery record (:attr:`done_ttl`), in that
+    #: record (``hookline.store.delivery``), which costs settle no extra Redis command.
+    history_retention: float | None = None
     #: Most attempts kept per event (the latest ones).
     history_attempts: int = 50
     #: Response body bytes kept with each attempt in the history; 0: none.
@@ -174,6 +176,25 @@ class Settings:
     @property
     def done_ttl(self) -> int:
         return math.ceil(self.retry_policy.max_age + self.replay_horizon)
+
+    @property
+    def history_lifetime(self) -> int:
+        """Seconds an event's attempts are kept after its latest one (0: none)."""
+        if self.history_retention is None:
+            return self.done_ttl
+        return math.ceil(self.history_retention)
+
+    @property
+    def history_in_record(self) -> bool:
+        """Whether the attempt history lives in the delivery record (kept at least as long as
+        the done marker) rather than in a list of its own with a shorter lifetime."""
+        return self.history_lifetime >= self.done_ttl
+
+    @property
+    def record_ttl(self) -> int:
+        """Seconds an event's delivery record outlives its latest write: the done marker's
+        lifetime, or the history's when that is longer and the history lives there."""
+        return max(self.done_ttl, self.history_lifetime)
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0,
@@ -394,7 +415,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         metrics_address=_address(env, "HOOKLINE_METRICS_ADDRESS", "127.0.0.1"),
         metrics_max_endpoints=_integer(env, "HOOKLINE_METRICS_MAX_ENDPOINTS", 200),
         log_format=log_format,
-        history_retention=_number(env, "HOOKLINE_HISTORY_RETENTION", 7 * 86400.0, maximum=YEAR),
+        history_retention=(None if not env.get("HOOKLINE_HISTORY_RETENTION", "").strip() else
+                           _number(env, "HOOKLINE_HISTORY_RETENTION", 0.0, maximum=YEAR)),
         history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1,
                                   maximum=10_000),
         history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0,

@@ -207,7 +207,7 @@ class DeliveryEngine:
         if admission.transition:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
                       event_id=request.event_id)
-        return self._send(admission.endpoint, request, token, now, digest)
+        return self._send(admission.endpoint, request, token, now, digest, admission)
 
     @staticmethod
     def _defer(request: DeliveryRequest, reason: str, countdown: float,
@@ -220,7 +220,7 @@ class DeliveryEngine:
 
     def _send(
         self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float,
-        digest: str = "",
+        digest: str = "", admission: Admission | None = None,
     ) -> Finished | RetryDue:
         first_attempt_at = request.first_attempt_at or started
         # The body is fixed at publish: its timestamp is the publish time the message carries,
@@ -244,7 +244,8 @@ class DeliveryEngine:
             latency=result.latency, error=result.error,
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
-        self._settle(endpoint, request, token, recorded, retry_after, record, digest)
+        self._settle(endpoint, request, token, recorded, retry_after, record, digest,
+                     admission.redis_now_ms() if admission else 0)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if result.refused:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
@@ -270,10 +271,11 @@ class DeliveryEngine:
         return self._schedule_retry(endpoint, request, result, ended, retry_after)
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
-                retry_after: float | None, record: AttemptRecord, digest: str = "") -> None:
+                retry_after: float | None, record: AttemptRecord, digest: str = "",
+                now_ms: int = 0) -> None:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
-                                      record=record, digest=digest)
+                                      record=record, digest=digest, now_ms=now_ms)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)

@@ -5,22 +5,24 @@ sits one step above them; the stores never read each other."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from hookline.core.config import settings
 from hookline.store import connection as store
 from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetter
-from hookline.store.history import AttemptRecord
+from hookline.store.delivery import DeliveryRecord
+from hookline.store.history import AttemptRecord, attempt_records
 from hookline.store.keys import (
     EVENT_KEY,
     dead_letter_shards,
+    delivery_key,
     done_key,
     endpoint_shard,
     event_keys_pattern,
     glob_escaped,
     history_key,
-    lease_key,
     schedule_shards,
 )
 
@@ -94,14 +96,16 @@ class EventView:
         schedule, dlq = schedule_shards(count)[shard], dead_letter_shards(count)[shard]
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(history_key(endpoint_id, event_id), 0, -1)
-        pipe.exists(done_key(endpoint_id, event_id))
+        pipe.mget(delivery_key(endpoint_id, event_id), done_key(endpoint_id, event_id))
         pipe.zscore(schedule.due, entry_id)
         pipe.hexists(schedule.meta, entry_id)
-        pipe.exists(lease_key(endpoint_id, event_id))
         pipe.hmget(dlq.entries, [entry_id, entry_id + CONFLICT_SUFFIX])
-        records, done, due, scheduled, leased, (own, conflict) = pipe.execute()
+        records, (text, done_before), due, scheduled, (own, conflict) = pipe.execute()
+        record = DeliveryRecord.parse(text)
+        # A lease's end is Redis time: compared with this reader's clock, within a second.
+        leased = bool(record.lease_token) and record.lease_until / 1000.0 > time.time() - 1
         dead_letter = DeadLetter.from_json(own) if own else None
-        if done:
+        if record.done or done_before:
             state = "delivered"
         elif dead_letter is not None:
             state = "dead_lettered"
@@ -115,7 +119,7 @@ class EventView:
             endpoint_id=endpoint_id,
             event_id=event_id,
             state=state,
-            attempts=[AttemptRecord.from_json(text) for text in records],
+            attempts=attempt_records(records, record),
             dead_letter=dead_letter,
             # A retry claimed by a releaser for another broker has left the due set.
             retry_due=due / 1000.0 if scheduled and due else None,

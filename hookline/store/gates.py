@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from hookline.core.config import settings
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.delivery import delivered
 from hookline.store.endpoints import Endpoint
 from hookline.store.history import (
     OUTCOME_LETTERS,
     RECENT_ATTEMPTS,
-    RECENT_TTL,
     AttemptRecord,
 )
 
@@ -60,6 +61,16 @@ class Admission:
     probe: bool = False
     #: A breaker state this call moved the endpoint to ("half_open", "opened", "closed").
     transition: str = ""
+    #: For ADMITTED: Redis time (ms) the gates were passed at, and this process's monotonic
+    #: clock then (settle's time is that plus the attempt's duration: no TIME call there).
+    redis_ms: int = 0
+    monotonic: float = 0.0
+
+    def redis_now_ms(self) -> int:
+        """Redis time now, from the admit's and the time passed since (0 if unknown)."""
+        if not self.redis_ms:
+            return 0
+        return self.redis_ms + round((time.monotonic() - self.monotonic) * 1000)
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,7 @@ BREAKER_FIELDS = ("state", "failures", "cooldown_ms", "open_until", "opened_at",
 def _keys(endpoint_id: str, event_id: str) -> list[str]:
     return [
         keys.endpoint_key(endpoint_id),
-        keys.done_key(endpoint_id, event_id),
-        keys.lease_key(endpoint_id, event_id),
-        keys.starts_key(endpoint_id, event_id),
+        keys.delivery_key(endpoint_id, event_id),
         keys.breaker_key(endpoint_id),
     ]
 
@@ -111,7 +120,8 @@ class Gate:
         event id to its content: another content under a bound id is ``CONFLICT``."""
         config = settings()
         reply = self._admit(
-            keys=[*_keys(endpoint_id, event_id), keys.digest_key(endpoint_id, event_id)],
+            keys=[*_keys(endpoint_id, event_id), keys.done_key(endpoint_id, event_id),
+                  keys.digest_key(endpoint_id, event_id)],
             args=[
                 token,
                 math.ceil(config.lease_seconds(0) * 1000),
@@ -120,14 +130,15 @@ class Gate:
                 int(rate_slot or 0),
                 math.ceil(config.read_timeout * 1000),
                 digest,
-                config.done_ttl,
+                config.record_ttl,
             ],
         )
         verdict = Verdict(reply[0])
         if verdict is Verdict.ADMITTED:
-            fields = dict(zip(reply[3::2], reply[4::2], strict=True))
+            fields = dict(zip(reply[4::2], reply[5::2], strict=True))
             return Admission(verdict, endpoint=Endpoint.from_hash(endpoint_id, fields),
-                             transition=reply[1], probe=reply[2] == "1")
+                             transition=reply[1], probe=reply[2] == "1",
+                             redis_ms=int(reply[3]), monotonic=time.monotonic())
         if verdict is Verdict.DEFERRED:
             return Admission(verdict, detail=reply[1], wait=int(reply[2]) / 1000.0,
                              rate_slot=int(reply[3]))
@@ -150,21 +161,22 @@ class Gate:
         reason: str = "",
         record: AttemptRecord | None = None,
         digest: str = "",
+        now_ms: int = 0,
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
         ``retry_after`` (seconds, already capped) blocks the whole endpoint until then.
         ``record`` goes into the event's attempt history and the endpoint's recent record.
         ``digest``: the event's content digest, kept as long as the done marker on delivery.
+        ``now_ms``: Redis time now (:meth:`Admission.redis_now_ms`), 0 to read it in the script.
         """
         config = settings()
         held, transition = self._settle(
-            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
-                  keys.recent_key(endpoint_id), keys.digest_key(endpoint_id, event_id)],
+            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id)],
             args=[
                 token,
                 outcome,
-                config.done_ttl,
+                config.record_ttl,
                 reason,
                 math.ceil((retry_after or 0) * 1000),
                 config.breaker_threshold,
@@ -175,16 +187,17 @@ class Gate:
                 OUTCOME_LETTERS.get(outcome, "?"),
                 "" if outcome == "delivered" or record is None else record.summary(),
                 config.history_attempts,
-                math.ceil(config.history_retention),
+                config.history_lifetime,
                 RECENT_ATTEMPTS,
-                RECENT_TTL,
                 digest,
+                int(now_ms or 0),
+                "1" if config.history_in_record else "0",
             ],
         )
         return Settlement(held_lease=bool(held), transition=transition)
 
     def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
-        return bool(self.redis.exists(keys.done_key(endpoint_id, event_id)))
+        return delivered(self.redis, [(endpoint_id, event_id)])[0]
 
     def redis_now_ms(self) -> int:
         """Redis time, milliseconds. TIME is keyless: read on its own, never in a pipeline

@@ -3,12 +3,16 @@
 Both are written by ``settle.lua`` in the round trip that already records an attempt's outcome,
 so keeping them costs no extra Redis call per attempt. Keys carry the endpoint's hash tag:
 
-- ``hookline:{ep}:history:<event>``: a list of JSON :class:`AttemptRecord`, oldest first; the
-  latest ``HOOKLINE_HISTORY_ATTEMPTS`` are kept, and the list expires
-  ``HOOKLINE_HISTORY_RETENTION`` seconds after the event's latest attempt.
-- ``hookline:{ep}:recent``: a hash; ``outcomes`` holds one letter per attempt (newest last,
-  the latest :data:`RECENT_ATTEMPTS`), then ``last_error``, ``last_error_at``,
-  ``last_error_event`` and ``last_success_at`` (milliseconds of Redis time).
+- the event's attempts, JSON :class:`AttemptRecord` oldest first, the latest
+  ``HOOKLINE_HISTORY_ATTEMPTS``: in the event's delivery record (``hookline.store.delivery``)
+  with the default ``HOOKLINE_HISTORY_RETENTION`` (as long as that record, which settle
+  writes anyway: no extra command); with a shorter retention, in the list
+  ``hookline:{ep}:history:<event>``, which expires that many seconds after the latest attempt.
+- the endpoint's recent record, fields of its breaker hash (``hookline:{ep}:breaker``, which
+  settle reads anyway; Hookline 0.2 kept them in ``hookline:{ep}:recent``, still read when the
+  breaker has none): ``outcomes`` holds one letter per attempt (newest last, the latest
+  :data:`RECENT_ATTEMPTS`), then ``last_error``, ``last_error_at``, ``last_error_event`` and
+  ``last_success_at`` (milliseconds of Redis time). It lives as long as the endpoint.
 
 :meth:`AttemptHistory.delivery` adds what became of the event (delivered, scheduled for retry,
 dead-lettered) for ``hookline event show``.
@@ -21,12 +25,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hookline.store import connection as store
-from hookline.store.keys import history_key, recent_key
+from hookline.store.delivery import DeliveryRecord
+from hookline.store.keys import breaker_key, delivery_key, history_key, recent_key
 
 #: Attempts an endpoint's success rate is computed over.
 RECENT_ATTEMPTS = 100
-#: Seconds an endpoint's recent record outlives its latest attempt.
-RECENT_TTL = 30 * 86400
 #: The letter ``outcomes`` records for each settle outcome.
 OUTCOME_LETTERS = {"delivered": "d", "failed": "f", "throttled": "t", "rejected": "r",
                    "gone": "g"}
@@ -117,6 +120,17 @@ class RecentAttempts:
         }
 
 
+#: The recent record's fields in the breaker hash.
+RECENT_FIELDS = ("outcomes", "last_error", "last_error_at", "last_error_event",
+                 "last_success_at")
+
+
+def attempt_records(listed: list[str], record: DeliveryRecord) -> list[AttemptRecord]:
+    """An event's attempts from the history list (a shorter retention, or Hookline 0.2) and
+    its delivery record, oldest first."""
+    return [AttemptRecord.from_json(text) for text in [*listed, *record.attempts]]
+
+
 def _milliseconds(value: str | None) -> float | None:
     return int(value) / 1000.0 if value else None
 
@@ -129,16 +143,31 @@ class AttemptHistory:
 
     def attempts(self, endpoint_id: str, event_id: str) -> list[AttemptRecord]:
         """The kept attempts of ``event_id`` at ``endpoint_id``, oldest first."""
-        return [AttemptRecord.from_json(text)
-                for text in self.redis.lrange(history_key(endpoint_id, event_id), 0, -1)]
+        return self.attempts_of(endpoint_id, [event_id])[event_id]
+
+    def attempts_of(self, endpoint_id: str, event_ids: list[str]
+                    ) -> dict[str, list[AttemptRecord]]:
+        """:meth:`attempts` of several events at one endpoint, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for event_id in event_ids:
+            pipe.lrange(history_key(endpoint_id, event_id), 0, -1)
+            pipe.get(delivery_key(endpoint_id, event_id))
+        replies = pipe.execute()
+        return {event_id: attempt_records(replies[2 * n], DeliveryRecord.parse(replies[2 * n + 1]))
+                for n, event_id in enumerate(event_ids)}
 
     def recent(self, endpoint_id: str) -> RecentAttempts:
-        data = self.redis.hgetall(recent_key(endpoint_id))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(breaker_key(endpoint_id), RECENT_FIELDS)
+        pipe.hmget(recent_key(endpoint_id), RECENT_FIELDS)
+        current, legacy = pipe.execute()
+        data = dict(zip(RECENT_FIELDS, current if current[0] is not None else legacy,
+                        strict=True))
         return RecentAttempts(
             endpoint_id=endpoint_id,
-            outcomes=data.get("outcomes", ""),
-            last_error=data.get("last_error", ""),
+            outcomes=data["outcomes"] or "",
+            last_error=data["last_error"] or "",
             last_error_at=_milliseconds(data.get("last_error_at")),
-            last_error_event=data.get("last_error_event", ""),
+            last_error_event=data["last_error_event"] or "",
             last_success_at=_milliseconds(data.get("last_success_at")),
         )

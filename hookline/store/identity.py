@@ -1,9 +1,10 @@
 """Binding an event id to its content at enqueue (``send_webhook``): one Redis round trip that
 also checks that the endpoint exists, so enqueueing costs no more trips than before.
 
-The binding is ``hookline:{ep}:digest:<event>`` (the content digest of
-``hookline.core.identity``), kept as long as the done marker; the worker's admit script
-applies the same rule to deliveries published without this check (``hookline.deliver``).
+The binding is the ``d`` field of the event's delivery record (``hookline.store.delivery``:
+the content digest of ``hookline.core.identity``), kept as long as the done marker; the
+worker's admit script applies the same rule to deliveries published without this check
+(``hookline.deliver``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class EventClaims:
         """One round trip: the endpoint exists, and ``event_id`` is free or bound to ``digest``
         (``bind``: bind a free id now; otherwise only check)."""
         reply = self._claim(
-            keys=[keys.endpoint_key(endpoint_id), keys.digest_key(endpoint_id, event_id)],
-            args=[digest, settings().done_ttl, "1" if bind else "0"],
+            keys=[keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id),
+                  keys.digest_key(endpoint_id, event_id)],
+            args=[digest, settings().record_ttl, "1" if bind else "0"],
         )
         return Claim(reply)
 

@@ -37,27 +37,32 @@ def endpoint_key(endpoint_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:endpoint"
 
 
+def delivery_key(endpoint_id: str, event_id: str) -> str:
+    """One event's delivery state at one endpoint, in one string (``hookline.store.delivery``):
+    the content digest the event id is bound to, the done marker, the in-flight lease, the
+    count of attempts started and not settled, and (``HOOKLINE_HISTORY_RETENTION`` at least the
+    record's lifetime, the default) the attempt history. Admit and settle each read it with
+    one GET and write it with one SET."""
+    return f"hookline:{{{endpoint_id}}}:delivery:{event_id}"
+
+
 def done_key(endpoint_id: str, event_id: str) -> str:
+    """Hookline 0.2's done marker (now in :func:`delivery_key`): still honoured by admit and
+    enqueue, so an upgrade sends no event again that 0.2 delivered."""
     return f"hookline:{{{endpoint_id}}}:done:{event_id}"
 
 
 def digest_key(endpoint_id: str, event_id: str) -> str:
-    """The content digest an event id is bound to at one endpoint (the idempotency key's
-    content; ``hookline.core.identity``)."""
+    """Hookline 0.2's content binding of an event id (now in :func:`delivery_key`): still
+    honoured by admit and enqueue (``hookline.core.identity``)."""
     return f"hookline:{{{endpoint_id}}}:digest:{event_id}"
-
-
-def lease_key(endpoint_id: str, event_id: str) -> str:
-    return f"hookline:{{{endpoint_id}}}:lease:{event_id}"
-
-
-def starts_key(endpoint_id: str, event_id: str) -> str:
-    return f"hookline:{{{endpoint_id}}}:starts:{event_id}"
 
 
 def breaker_key(endpoint_id: str) -> str:
     """Circuit breaker, Retry-After block and rate limiter (GCRA ``tat`` and ``book``, ms of
-    Redis time) of one endpoint (a hash: admit reads them all with one HMGET)."""
+    Redis time) of one endpoint (a hash: admit reads them all with one HMGET), and its recent
+    record (``outcomes``, ``last_error``..., ``hookline.store.history``: settle reads the
+    breaker anyway)."""
     return f"hookline:{{{endpoint_id}}}:breaker"
 
 
@@ -68,19 +73,23 @@ def rate_key(endpoint_id: str) -> str:
 
 
 def history_key(endpoint_id: str, event_id: str) -> str:
-    """The kept attempts of one event at one endpoint (a list of JSON records)."""
+    """The kept attempts of one event at one endpoint (a list of JSON records) when
+    ``HOOKLINE_HISTORY_RETENTION`` is shorter than the delivery record's lifetime (otherwise
+    they live in :func:`delivery_key`)."""
     return f"hookline:{{{endpoint_id}}}:history:{event_id}"
 
 
 def recent_key(endpoint_id: str) -> str:
-    """An endpoint's recent outcomes and last error (a hash)."""
+    """Where Hookline 0.2 kept an endpoint's recent outcomes and last error (now fields of
+    :func:`breaker_key`'s hash, which settle reads anyway); read when the breaker hash has
+    none, deleted with the endpoint."""
     return f"hookline:{{{endpoint_id}}}:recent"
 
 
-#: An event's per-endpoint keys (history, done marker, lease, content digest), parsed back into
-#: their parts.
+#: An event's per-endpoint keys (delivery record, history list, 0.2's done marker and content
+#: digest), parsed back into their parts.
 EVENT_KEY = re.compile(
-    r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:history|done|lease|digest):(?P<event>.+)$")
+    r"^hookline:\{(?P<endpoint>[^}]+)\}:(?:delivery|history|done|digest):(?P<event>.+)$")
 
 
 def glob_escaped(text: str) -> str:

@@ -20,7 +20,7 @@ import hookline.celeryconfig  # noqa: F401  (see the isolated fixture)
 from examples.receiver import Reply
 from hookline import deliver, send_webhook
 from hookline.core import config
-from hookline.store import keys
+from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import flushed, isolated_url, wait_until
 
@@ -61,10 +61,7 @@ def test_a_redelivery_after_sigkill_sends_the_same_body_bytes(isolated, receiver
     start_worker("fixed-2", concurrency=8, extra_env=ENV)
 
     def all_delivered() -> bool:
-        pipe = isolated.pipeline(transaction=False)
-        for event_id in event_ids:
-            pipe.exists(keys.done_key(endpoint.id, event_id))
-        return sum(pipe.execute()) == len(event_ids)
+        return all(delivered(isolated, [(endpoint.id, event_id) for event_id in event_ids]))
 
     wait_until(all_delivered, timeout=60)
     bodies: dict[str, list[bytes]] = defaultdict(list)

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from examples.receiver import Reply, always, fail_first
-from hookline.store import keys
+from hookline.store import delivery
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule, build_message
 from hookline.worker.celery import app
@@ -40,10 +40,7 @@ def enqueue(client: redis.Redis, endpoint_id: str, count: int) -> list[str]:
 
 
 def delivered(client: redis.Redis, endpoint_id: str, event_ids: list[str]) -> int:
-    pipe = client.pipeline(transaction=False)
-    for event_id in event_ids:
-        pipe.exists(keys.done_key(endpoint_id, event_id))
-    return sum(pipe.execute())
+    return sum(delivery.delivered(client, [(endpoint_id, event_id) for event_id in event_ids]))
 
 
 def run_with_interruption(isolated, receiver, start_worker, sig: int) -> tuple[list[str], Counter]:

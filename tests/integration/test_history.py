@@ -20,7 +20,7 @@ import hookline.core.config
 from examples.receiver import Reply, always, fail_first
 from hookline import send_webhook
 from hookline.cli import main
-from hookline.core.config import load_settings
+from hookline.core.config import load_settings, settings
 from hookline.delivery.retries import disable_endpoint
 from hookline.store import connection as store
 from hookline.store import keys
@@ -112,15 +112,38 @@ def test_recent_record_counts_only_the_latest_hundred_attempts(endpoint):
     recent = AttemptHistory().recent(endpoint.id)
     assert recent.attempts == 100
     assert recent.success_rate == pytest.approx(0.3)
-    assert 0 < store.client().ttl(keys.recent_key(endpoint.id)) <= 30 * 86400
+    # Fields of the breaker hash, which settle reads anyway: they live with the endpoint.
+    assert len(store.client().hget(keys.breaker_key(endpoint.id), "outcomes")) == 100
 
 
 def test_settle_without_a_record_leaves_no_history(endpoint):
     gate = Gate()
     gate.admit(endpoint.id, "evt-1", "t")
     gate.settle(endpoint.id, "evt-1", "t", "failed")
+    assert AttemptHistory().attempts(endpoint.id, "evt-1") == []
+    assert AttemptHistory().recent(endpoint.id).outcomes == ""
+    assert not store.client().exists(keys.history_key(endpoint.id, "evt-1"))
+
+
+def test_by_default_the_history_lives_in_the_delivery_record(endpoint):
+    """No list of its own: settle writes the attempts into the record it writes anyway, which
+    lives as long as the done marker (HOOKLINE_MAX_AGE + HOOKLINE_REPLAY_HORIZON)."""
+    assert settings().history_in_record
+    for attempt in range(1, 4):
+        settle(endpoint.id, "evt-1", "failed", record(attempt, "failed", 500))
     client = store.client()
-    assert not client.exists(keys.history_key(endpoint.id, "evt-1"), keys.recent_key(endpoint.id))
+    assert not client.exists(keys.history_key(endpoint.id, "evt-1"))
+    assert [a.attempt for a in AttemptHistory().attempts(endpoint.id, "evt-1")] == [1, 2, 3]
+    ttl = client.ttl(keys.delivery_key(endpoint.id, "evt-1"))
+    assert settings().record_ttl - 2 <= ttl <= settings().record_ttl
+
+
+def test_a_0_2_recent_record_is_read_until_settle_writes_the_new_one(endpoint):
+    client = store.client()
+    client.hset(keys.recent_key(endpoint.id), mapping={"outcomes": "ddf", "last_error": "HTTP 500"})
+    assert AttemptHistory().recent(endpoint.id).outcomes == "ddf"
+    settle(endpoint.id, "evt-1", "delivered", record(1, "delivered", 200))
+    assert AttemptHistory().recent(endpoint.id).outcomes == "d"
 
 
 def test_excerpt_cuts_at_a_byte_limit_without_splitting_a_character():

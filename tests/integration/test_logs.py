@@ -16,8 +16,8 @@ from celery import Celery
 
 from examples.receiver import Receiver, Reply, always, fail_first
 from hookline.core.logs import log_event
-from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import ROOT, emptied, free_port, isolated_url, wait_until
 
@@ -42,7 +42,7 @@ def test_json_log_lines_name_the_event_and_never_show_the_secret(receiver, start
                          args=[endpoint_id, "order.created", {"card": "4111-secret-payload"}],
                          kwargs={"event_id": event_id}, queue="hookline")
     celery.close()
-    wait_until(lambda: client.exists(keys.done_key("logged", "evt-logged")), timeout=20)
+    wait_until(lambda: delivered(client, [("logged", "evt-logged")])[0], timeout=20)
     wait_until(lambda: "delivery.succeeded" in worker.output()
                and "delivery.dead_lettered" in worker.output(), timeout=10)
     text = worker.output()
@@ -155,7 +155,7 @@ def test_no_url_token_in_debug_logs_records_or_cli_output(start_worker, log_form
         celery.close()
         dlq = DeadLetterQueue(client)
         dead = [f"{e}/evt-{e}" for e in ("tok-echo", "tok-slow", "tok-refused", "tok-ssrf")]
-        wait_until(lambda: client.exists(keys.done_key("tok-ok", "evt-tok-ok"))
+        wait_until(lambda: delivered(client, [("tok-ok", "evt-tok-ok")])[0]
                    and all(dlq.get(entry) for entry in dead), timeout=40)
         wait_until(lambda: "unknown task" in worker.output().lower()
                    or "unregistered task" in worker.output().lower(), timeout=10)

@@ -28,6 +28,7 @@ from hookline.core.metrics import status_class
 from hookline.gauges import RedisStateCollector
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY, RetrySchedule
 from tests.conftest import ROOT, emptied, free_port, isolated_url, wait_until
@@ -107,7 +108,7 @@ def test_worker_serves_counts_of_a_real_run(receiver, start_worker, isolated, br
         send(broker, "m-rated", f"rated-{n}")
     done = [("m-ok", "ok-1"), ("m-ok", "ok-2"), ("m-flaky", "flaky-1"),
             *(("m-rated", f"rated-{n}") for n in range(3))]
-    wait_until(lambda: all(isolated.exists(keys.done_key(*pair)) for pair in done), 30)
+    wait_until(lambda: all(delivered(isolated, done)), 30)
     send(broker, "m-ok", "ok-1")  # already delivered: a duplicate
     wait_until(lambda: value(scrape(port), "hookline_duplicates_total", endpoint="m-ok") == 1)
     assert "metrics.serving" in worker.output()
@@ -175,8 +176,8 @@ def test_series_stay_bounded_under_made_up_removed_and_too_many_endpoints(
         registry.add(endpoint_id, receiver.route(f"/{endpoint_id}", always(Reply(204))))
     for endpoint_id in ("b-1", "b-2", "b-3"):  # one at a time: b-3 is the one past the cap
         send(broker, endpoint_id, f"{endpoint_id}-event")
-        wait_until(lambda endpoint_id=endpoint_id: isolated.exists(
-            keys.done_key(endpoint_id, f"{endpoint_id}-event")))
+        wait_until(lambda endpoint_id=endpoint_id: delivered(
+            isolated, [(endpoint_id, f"{endpoint_id}-event")])[0])
     wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="_other",
                              outcome="delivered", reason="") == 1)
     samples = scrape(port)
@@ -212,8 +213,8 @@ def test_prefork_pool_processes_are_added_up_through_the_multiprocess_dir(
                                                                                   delay=0.2))))
     for n in range(9):
         send(broker, "m-pre", f"pre-{n}")
-    wait_until(lambda: all(isolated.exists(keys.done_key("m-pre", f"pre-{n}"))
-                           for n in range(9)), 30)
+    wait_until(lambda: all(delivered(isolated, [("m-pre", f"pre-{n}") for n in range(9)])),
+               30)
     wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="m-pre",
                              outcome="delivered", reason="") == 9)
     samples = scrape(port)

@@ -19,7 +19,7 @@ import redis
 
 from hookline import deliver
 from hookline.core.config import configure
-from hookline.store import keys
+from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import PrivateRedis, wait_until
 
@@ -62,7 +62,7 @@ def deliver_one_at_a_time(client: redis.Redis, endpoint_id: str, prefix: str, co
     for n in range(count):
         event_id = f"{prefix}-{n}"
         deliver.delay(endpoint_id, "order.paid", {"n": n}, event_id=event_id)
-        wait_until(lambda e=event_id: client.exists(keys.done_key(endpoint_id, e))
+        wait_until(lambda e=event_id: delivered(client, [(endpoint_id, e)])[0]
                    and idle(client, workers), timeout=20)
 
 

@@ -33,6 +33,7 @@ from hookline.store.endpoints import Endpoint, EndpointRegistry
 from hookline.store.gates import Admission, Gate, Verdict
 from hookline.store.history import AttemptHistory
 from hookline.store.schedule import RetrySchedule
+from tests.support.records import lease_seconds_left, set_starts
 
 SEED = 1234
 #: A whole second, so an HTTP-date Retry-After (second precision) is exact against it.
@@ -485,7 +486,7 @@ def test_a_deadline_passed_before_sending_dead_letters_without_a_send(endpoint, 
     assert (entry.reason, entry.attempts, entry.last_status) == ("expired", 2, None)
     assert entry.detail == "deadline passed before sending"
     # Nothing was admitted: no lease left behind, no attempt recorded.
-    assert not store.client().exists(keys.lease_key(endpoint.id, request.event_id))
+    assert not store.client().exists(keys.delivery_key(endpoint.id, request.event_id))
     assert AttemptHistory().attempts(endpoint.id, request.event_id) == []
 
 
@@ -626,7 +627,7 @@ def test_an_event_another_worker_is_sending_waits_for_its_lease(endpoint, engine
                                         "in_flight")
 
     # The other attempt's lease plus a little jitter.
-    lease = store.client().pttl(keys.lease_key(endpoint.id, request.event_id)) / 1000.0
+    lease = lease_seconds_left(store.client(), endpoint.id, request.event_id)
     assert lease + 0.05 <= outcome.countdown <= lease + 0.5 + 0.1
     assert sender.calls == []
     assert dlq.count() == 0
@@ -634,8 +635,7 @@ def test_an_event_another_worker_is_sending_waits_for_its_lease(endpoint, engine
 
 def test_an_event_started_too_often_is_dead_lettered_as_worker_lost(endpoint, engine_for, dlq):
     request = request_for(endpoint.id, attempts=1)
-    store.client().set(keys.starts_key(endpoint.id, request.event_id),
-                       settings().max_unsettled_starts)
+    set_starts(store.client(), endpoint.id, request.event_id, settings().max_unsettled_starts)
     sender = FakeSender(ok())
 
     outcome = attempt(engine_for(sender), request)

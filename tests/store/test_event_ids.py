@@ -27,11 +27,11 @@ from hookline.delivery.engine import DeliveryEngine, DeliveryRequest, Finished, 
 from hookline.delivery.replay import replay_entries
 from hookline.delivery.sender import AttemptResult, WebhookEvent
 from hookline.enqueue import prepare_event
-from hookline.store import connection, keys
+from hookline.store import connection, delivery, keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import Endpoint, EndpointRegistry
 from hookline.store.events import EventView
-from hookline.store.gates import Gate
+from hookline.store.gates import Gate, Verdict
 from hookline.store.schedule import RetrySchedule, decode_message
 
 
@@ -100,14 +100,14 @@ def test_the_id_is_scoped_per_endpoint(shop, quiet_redis):
 def test_an_unknown_endpoint_binds_nothing(quiet_redis):
     with pytest.raises(WebhookInputError, match="no endpoint 'nobody'"):
         send_webhook("nobody", "order.created", {}, "evt-3")
-    assert quiet_redis.exists(keys.digest_key("nobody", "evt-3")) == 0
+    assert quiet_redis.exists(keys.delivery_key("nobody", "evt-3")) == 0
     assert queued(quiet_redis) == []
 
 
 def test_checking_only_leaves_the_id_free(shop, quiet_redis):
     """What send_webhook_on_commit does at the call: a rolled-back transaction binds nothing."""
     prepare_event("shop", "order.created", {"n": 1}, "evt-4", bind=False)
-    assert quiet_redis.exists(keys.digest_key("shop", "evt-4")) == 0
+    assert quiet_redis.exists(keys.delivery_key("shop", "evt-4")) == 0
     send_webhook("shop", "order.created", {"n": 2}, "evt-4")  # another content: still free
     with pytest.raises(EventIdConflict):
         prepare_event("shop", "order.created", {"n": 1}, "evt-4", bind=False)
@@ -144,15 +144,31 @@ def test_send_webhook_makes_one_redis_round_trip(shop, quiet_redis, monkeypatch)
     assert counting.commands == ["EVALSHA"]
 
 
-def test_the_binding_outlives_the_done_marker(shop, quiet_redis):
+def test_the_binding_lives_as_long_as_the_done_marker(shop, quiet_redis):
     send_webhook("shop", "order.created", {"n": 1}, "evt-6")
-    assert quiet_redis.ttl(keys.digest_key("shop", "evt-6")) == pytest.approx(
-        settings().done_ttl, abs=2)
+    key = keys.delivery_key("shop", "evt-6")
+    assert quiet_redis.ttl(key) == pytest.approx(settings().record_ttl, abs=2)
+    assert delivery.read(quiet_redis, "shop", "evt-6").digest == content_digest(
+        "order.created", {"n": 1})
     engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=Recorder(ok()))
     [(args, kwargs)] = queued(quiet_redis)
     assert isinstance(engine.attempt(request_from(args, kwargs), token="t"), Finished)
-    done = quiet_redis.ttl(keys.done_key("shop", "evt-6"))
-    assert done > 0 and quiet_redis.ttl(keys.digest_key("shop", "evt-6")) >= done
+    record = delivery.read(quiet_redis, "shop", "evt-6")
+    assert record.done and record.digest == content_digest("order.created", {"n": 1})
+    assert quiet_redis.ttl(key) == pytest.approx(settings().record_ttl, abs=2)
+
+
+def test_hookline_0_2_markers_are_honoured(shop, quiet_redis):
+    """An upgrade sends nothing again that 0.2 delivered, and keeps 0.2's bindings."""
+    quiet_redis.set(keys.digest_key("shop", "old-1"), content_digest("order.created", {"n": 1}))
+    with pytest.raises(EventIdConflict):
+        send_webhook("shop", "order.created", {"n": 2}, "old-1")
+    gate = Gate()
+    assert gate.admit("shop", "old-1", "t", digest=content_digest(
+        "order.created", {"n": 2})).verdict is Verdict.CONFLICT
+    quiet_redis.set(keys.done_key("shop", "old-2"), "1")
+    assert gate.admit("shop", "old-2", "t").verdict is Verdict.DUPLICATE
+    assert gate.is_delivered("shop", "old-2")
 
 
 # -- in the worker (deliver.delay: no enqueue check) ----------------------------------------------
@@ -229,7 +245,7 @@ def test_a_removed_endpoint_binds_nothing_in_the_worker(quiet_redis):
     engine = DeliveryEngine(Gate(), DeadLetterQueue(), sender=Recorder(ok()))
     request = DeliveryRequest("gone", "order.created", {"n": 1}, "evt-10")
     assert engine.attempt(request, token="a").reason == "endpoint_removed"
-    assert quiet_redis.exists(keys.digest_key("gone", "evt-10")) == 0
+    assert quiet_redis.exists(keys.delivery_key("gone", "evt-10")) == 0
 
 
 # -- the body is fixed at publish ---------------------------------------------------------------

@@ -10,6 +10,7 @@ from hookline.store import keys
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate, Verdict
 from tests.conftest import wait_until
+from tests.support.records import expire_lease
 
 
 @pytest.fixture
@@ -31,8 +32,9 @@ def test_settled_delivery_makes_later_attempts_duplicates(endpoint):
     gate.admit(endpoint.id, "evt-1", "token-a")
     assert gate.settle(endpoint.id, "evt-1", "token-a", "delivered").held_lease is True
     assert gate.admit(endpoint.id, "evt-1", "token-b").verdict is Verdict.DUPLICATE
-    ttl = store.client().ttl(keys.done_key(endpoint.id, "evt-1"))
+    ttl = store.client().ttl(keys.delivery_key(endpoint.id, "evt-1"))
     assert ttl > 7 * 86400  # retry window plus the replay horizon
+    assert Gate().is_delivered(endpoint.id, "evt-1")
 
 
 def test_failed_attempt_releases_the_lease(endpoint):
@@ -45,7 +47,7 @@ def test_failed_attempt_releases_the_lease(endpoint):
 def test_settle_does_not_release_a_lease_it_no_longer_holds(endpoint):
     gate = Gate()
     gate.admit(endpoint.id, "evt-1", "token-a")
-    store.client().delete(keys.lease_key(endpoint.id, "evt-1"))  # expired meanwhile
+    expire_lease(store.client(), endpoint.id, "evt-1")  # expired meanwhile
     assert gate.admit(endpoint.id, "evt-1", "token-b").verdict is Verdict.ADMITTED
     assert gate.settle(endpoint.id, "evt-1", "token-a", "failed").held_lease is False
     assert gate.admit(endpoint.id, "evt-1", "token-c").verdict is Verdict.BUSY
@@ -69,7 +71,7 @@ def test_attempts_started_and_never_settled_make_a_poison_message(endpoint):
     gate = Gate()
     for n in range(3):
         assert gate.admit(endpoint.id, "evt-1", f"t{n}").verdict is Verdict.ADMITTED
-        store.client().delete(keys.lease_key(endpoint.id, "evt-1"))  # the lease ran out
+        expire_lease(store.client(), endpoint.id, "evt-1")  # the lease ran out
     assert gate.admit(endpoint.id, "evt-1", "t3").verdict is Verdict.POISON
 
 
@@ -83,8 +85,8 @@ def test_settling_resets_the_crash_counter(endpoint):
 def test_every_key_of_one_endpoint_shares_a_cluster_slot(endpoint):
     from redis.crc import key_slot
 
-    names = [keys.endpoint_key(endpoint.id), keys.done_key(endpoint.id, "e"),
-             keys.lease_key(endpoint.id, "e"), keys.starts_key(endpoint.id, "e"),
+    names = [keys.endpoint_key(endpoint.id), keys.delivery_key(endpoint.id, "e"),
+             keys.done_key(endpoint.id, "e"), keys.digest_key(endpoint.id, "e"),
              keys.breaker_key(endpoint.id), keys.rate_key(endpoint.id),
              keys.history_key(endpoint.id, "e"), keys.recent_key(endpoint.id)]
     assert len({key_slot(key.encode()) for key in names}) == 1

@@ -1,16 +1,20 @@
 -- Bind an event id to its content where it is enqueued (send_webhook), in the same round trip
 -- as the check that its endpoint exists. admit.lua applies the same rule in the worker.
--- KEYS[1]  hookline:{ep}:endpoint        endpoint hash
--- KEYS[2]  hookline:{ep}:digest:<event>  the content digest the event id is bound to
+-- KEYS[1]  hookline:{ep}:endpoint          endpoint hash
+-- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
+-- KEYS[3]  hookline:{ep}:digest:<event>    Hookline 0.2's binding, honoured
 -- ARGV[1]  this event's content digest (event type + canonical payload)
--- ARGV[2]  lifetime of a new binding, seconds (the done marker's)
+-- ARGV[2]  lifetime of a new delivery record, seconds
 -- ARGV[3]  '1' to bind a free id now, '0' only to check (an event enqueued later, on commit)
 -- Returns  'missing' (no such endpoint), 'conflict' (bound to another content), 'same' (bound
 --          to this content already: a repeated send) or 'new'.
+--#include piece_record.lua
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 'missing'
 end
-local bound = redis.call('GET', KEYS[2])
+local strings = redis.call('MGET', KEYS[2], KEYS[3])
+local state, rest = read_record(strings[1])
+local bound = state['d'] or strings[2]
 if bound then
   if bound ~= ARGV[1] then
     return 'conflict'
@@ -18,6 +22,7 @@ if bound then
   return 'same'
 end
 if ARGV[3] == '1' then
-  redis.call('SET', KEYS[2], ARGV[1], 'EX', tonumber(ARGV[2]))
+  state['d'] = ARGV[1]
+  redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[2]))
 end
 return 'new'
