@@ -311,7 +311,9 @@ class EndpointRegistry:
     def get(self, endpoint_id: str) -> Endpoint | None:
         validate_endpoint_id(endpoint_id)
         data = self.redis.hgetall(keys.endpoint_key(endpoint_id))
-        return Endpoint.from_hash(endpoint_id, data) if data else None
+        # The hash holds the endpoint's gate state too (keys.breaker_key): gate fields without
+        # a url are no endpoint.
+        return Endpoint.from_hash(endpoint_id, data) if data.get("url") else None
 
     def require(self, endpoint_id: str) -> Endpoint:
         endpoint = self.get(endpoint_id)
@@ -327,7 +329,7 @@ class EndpointRegistry:
         return [
             Endpoint.from_hash(endpoint_id, data)
             for endpoint_id, data in zip(ids, pipe.execute(), strict=True)
-            if data
+            if data.get("url")
         ]
 
     def update(

@@ -99,11 +99,8 @@ BREAKER_FIELDS = ("state", "failures", "cooldown_ms", "open_until", "opened_at",
 
 
 def _keys(endpoint_id: str, event_id: str) -> list[str]:
-    return [
-        keys.endpoint_key(endpoint_id),
-        keys.delivery_key(endpoint_id, event_id),
-        keys.breaker_key(endpoint_id),
-    ]
+    # The endpoint's hash holds its breaker, limiter and recent record too (keys.breaker_key).
+    return [keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id)]
 
 
 class Gate:

@@ -59,10 +59,20 @@ def digest_key(endpoint_id: str, event_id: str) -> str:
 
 
 def breaker_key(endpoint_id: str) -> str:
-    """Circuit breaker, Retry-After block and rate limiter (GCRA ``tat`` and ``book``, ms of
-    Redis time) of one endpoint (a hash: admit reads them all with one HMGET), and its recent
-    record (``outcomes``, ``last_error``..., ``hookline.store.history``: settle reads the
-    breaker anyway)."""
+    """Where an endpoint's shared gate state lives: its circuit breaker (``state``,
+    ``failures``, ``cooldown_ms``, ``open_until``, ``opened_at``, ``probe_until``,
+    ``probe_token``), Retry-After block (``blocked_until``), rate limiter (GCRA ``tat`` and
+    ``book``, ms of Redis time) and recent record (``outcomes``, ``last_error``...,
+    ``hookline.store.history``). They are fields of the endpoint's own hash
+    (:func:`endpoint_key`), so admit reads an endpoint's configuration and gates with one
+    HGETALL; the hash's ``url`` field is what says the endpoint exists."""
+    return endpoint_key(endpoint_id)
+
+
+def old_breaker_key(endpoint_id: str) -> str:
+    """Where Hookline 0.2 kept the breaker, limiter and (this version's first cut) the recent
+    record: no longer read (an upgrade starts every breaker closed); deleted with the
+    endpoint."""
     return f"hookline:{{{endpoint_id}}}:breaker"
 
 
@@ -104,7 +114,7 @@ def event_keys_pattern(event_id: str) -> str:
 
 def endpoint_owned_keys(endpoint_id: str) -> list[str]:
     """The keys that die with an endpoint (``endpoint remove``): one slot, one DEL."""
-    return [endpoint_key(endpoint_id), breaker_key(endpoint_id), rate_key(endpoint_id),
+    return [endpoint_key(endpoint_id), old_breaker_key(endpoint_id), rate_key(endpoint_id),
             recent_key(endpoint_id)]
 
 

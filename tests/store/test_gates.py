@@ -202,3 +202,21 @@ def test_a_success_resets_the_consecutive_failure_count(endpoint):
     gate.admit(endpoint.id, "f9", "t")
     gate.settle(endpoint.id, "f9", "t", "failed")
     assert gate.breaker_status(endpoint.id).state == "closed"
+
+
+def test_the_gates_live_in_the_endpoint_hash_and_a_removed_endpoint_stays_removed(endpoint):
+    """Admit reads the endpoint and its breaker with one HGETALL; settle after a concurrent
+    remove writes nothing back there, so no half endpoint (gate fields, no url) appears."""
+    gate = Gate()
+    registry = EndpointRegistry()
+    assert gate.admit(endpoint.id, "evt-1", "t").verdict is Verdict.ADMITTED
+    registry.remove(endpoint.id)
+    gate.settle(endpoint.id, "evt-1", "t", "failed")
+    assert not store.client().exists(keys.endpoint_key(endpoint.id))
+    # Gate fields alone (a stray write) are no endpoint; adding it again starts clean.
+    store.client().hset(keys.breaker_key(endpoint.id), mapping={"state": "open", "failures": 9})
+    assert gate.admit(endpoint.id, "evt-2", "t").verdict is Verdict.MISSING
+    assert registry.get(endpoint.id) is None and endpoint.id not in [e.id for e in registry.list()]
+    registry.add(endpoint.id, endpoint.url)
+    assert gate.breaker_status(endpoint.id).failures == 0
+    assert gate.admit(endpoint.id, "evt-2", "t").verdict is Verdict.ADMITTED

@@ -3,6 +3,9 @@
 -- KEYS[1]  hookline:{ep}:endpoint (hash)
 -- ARGV     field, value, field, value, ...
 -- Returns  1 if added, 0 if the endpoint exists already.
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+-- The hash holds the endpoint's gate state too: without a url it is no endpoint, and whatever
+-- gate fields were left there (written after a remove) are not the new endpoint's.
+if redis.call('HEXISTS', KEYS[1], 'url') == 1 then return 0 end
+redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1

@@ -1,16 +1,16 @@
 -- Admit one attempt of one event to one endpoint: every gate in one round trip.
--- KEYS[1]  hookline:{ep}:endpoint        endpoint hash (url, secrets, enabled, rate_interval_ms,
---                                        rate_burst, ...)
+-- KEYS[1]  hookline:{ep}:endpoint        endpoint hash: its configuration (url, secrets,
+--                                        enabled, rate_interval_ms, rate_burst, ...) and its
+--                                        shared gates, read with it in one HGETALL: the breaker
+--                                        (state, open_until, probe_until, probe_token,
+--                                        blocked_until) and the rate limiter (tat, the GCRA
+--                                        theoretical arrival time, and book, the latest slot
+--                                        booked by a deferred event; ms)
 -- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua):
 --                                        content digest, done marker, in-flight lease, crash
 --                                        counter (attempts started and not yet settled)
--- KEYS[3]  hookline:{ep}:breaker         state, open_until, probe_until, probe_token,
---                                        blocked_until; and the rate limiter: tat (GCRA
---                                        theoretical arrival time) and book (latest slot booked
---                                        by a deferred event), ms: read with the breaker in one
---                                        HMGET (Hookline 0.2.0 kept it in hookline:{ep}:rate)
--- KEYS[4]  hookline:{ep}:done:<event>    Hookline 0.2's done marker, honoured (read with the
--- KEYS[5]  hookline:{ep}:digest:<event>  record in one MGET) and its content binding
+-- KEYS[3]  hookline:{ep}:done:<event>    Hookline 0.2's done marker, honoured (read with the
+-- KEYS[4]  hookline:{ep}:digest:<event>  record in one MGET) and its content binding
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
 --          the lease adds twice the endpoint's read timeout (or ARGV[6]), as an attempt can
@@ -22,8 +22,8 @@
 -- ARGV[7]  this event's content digest (event type + canonical payload), '' to skip the check
 -- ARGV[8]  lifetime of the delivery record from this write, seconds
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
--- Commands: the record (and 0.2's two keys) read with one MGET and written with one SET, the
--- breaker and the limiter read with one HMGET and written with one HSET.
+-- Commands: the record (and 0.2's two keys) read with one MGET and written with one SET; the
+-- endpoint, its breaker and its limiter read with one HGETALL and written with one HSET.
 -- Returns, first element the verdict:
 --   {'conflict'}                         the event id is bound to another content: send nothing
 --   {'duplicate'}                        already delivered: send nothing
@@ -43,7 +43,7 @@
 --#include piece_record.lua
 -- The event id is an idempotency key: the first content that reached an existing endpoint
 -- with it (here or at enqueue, claim.lua) owns it; another content under it is a conflict.
-local strings = redis.call('MGET', KEYS[2], KEYS[4], KEYS[5])
+local strings = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])
 local state, rest = read_record(strings[1])
 local bound = state['d'] or strings[3]
 if ARGV[7] ~= '' and bound and bound ~= ARGV[7] then
@@ -53,8 +53,12 @@ if state['done'] or strings[2] then
   return {'duplicate'}
 end
 local endpoint = redis.call('HGETALL', KEYS[1])
-if #endpoint == 0 then
-  return {'missing'}
+local config = {}
+for i = 1, #endpoint, 2 do
+  config[endpoint[i]] = endpoint[i + 1]
+end
+if not config['url'] then
+  return {'missing'}  -- (gate fields alone are no endpoint)
 end
 local ttl = tonumber(ARGV[8])
 local unbound = ARGV[7] ~= '' and not bound
@@ -67,10 +71,6 @@ local function refuse(verdict)
     redis.call('SET', KEYS[2], record_text(state, rest), 'EX', ttl)
   end
   return verdict
-end
-local config = {}
-for i = 1, #endpoint, 2 do
-  config[endpoint[i]] = endpoint[i + 1]
 end
 if config['enabled'] == '0' then
   return refuse({'disabled', config['disabled_reason'] or ''})
@@ -86,7 +86,9 @@ end
 
 -- Circuit breaker (open -> wait for the cool-down; then one probe at a time, half-open) and a
 -- Retry-After block: the rule consume.lua applies too (piece_held.lua).
-local why, wait, probe, breaker_state, breaker = endpoint_hold(KEYS[3], now)
+local why, wait, probe, breaker_state, breaker = hold_of(
+  {config['state'], config['open_until'], config['probe_until'], config['blocked_until'],
+   config['tat'], config['book']}, now)
 if why then
   return refuse({'deferred', why, wait, 0})
 end
@@ -114,7 +116,7 @@ if interval > 0 then
       return refuse({'deferred', 'rate_limited', tat - tolerance - now, slot})
     end
     local booked = math.max(book + interval, tat - tolerance)
-    redis.call('HSET', KEYS[3], 'book', booked)
+    redis.call('HSET', KEYS[1], 'book', booked)
     return refuse({'deferred', 'rate_limited', booked - now, booked})
   end
   new_tat = tat + interval
@@ -145,7 +147,7 @@ if probe then
   end
 end
 if #breaker_fields > 0 then
-  redis.call('HSET', KEYS[3], unpack(breaker_fields))
+  redis.call('HSET', KEYS[1], unpack(breaker_fields))
 end
 local reply = {'admitted', transition, probe and '1' or '0', now}
 for i = 1, #endpoint do

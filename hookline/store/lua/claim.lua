@@ -9,7 +9,7 @@
 -- Returns  'missing' (no such endpoint), 'conflict' (bound to another content), 'same' (bound
 --          to this content already: a repeated send) or 'new'.
 --#include piece_record.lua
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('HEXISTS', KEYS[1], 'url') == 0 then
   return 'missing'
 end
 local strings = redis.call('MGET', KEYS[2], KEYS[3])

@@ -2,8 +2,8 @@
 -- The one rule admit.lua (a worker's attempt is deferred) and consume.lua (the delivery is
 -- parked before it reaches a worker) both apply.
 -- endpoint_hold(breaker_key, now)
---   breaker_key  the endpoint's breaker hash (hookline:{ep}:breaker, passed in KEYS):
---                state, open_until, probe_until, blocked_until
+--   breaker_key  the hash holding the endpoint's breaker (its own hash, hookline:{ep}:endpoint,
+--                passed in KEYS): state, open_until, probe_until, blocked_until
 --   now          Redis time, milliseconds, or a function returning it: called only when
 --                the breaker is not plainly closed (consume.lua saves TIME on most messages)
 --   Returns why, wait_ms when the endpoint is held: why is 'breaker_open' (circuit open, the
@@ -13,9 +13,10 @@
 --   half-open probe (the cool-down is over, or the previous prober died: its probe lease ran
 --   out); breaker is the hash's state, open_until, probe_until, blocked_until, tat and book
 --   (the rate limiter's, admit.lua), false where missing.
-local function endpoint_hold(breaker_key, now)
-  local breaker = redis.call('HMGET', breaker_key, 'state', 'open_until', 'probe_until',
-    'blocked_until', 'tat', 'book')
+-- hold_of(breaker, now): the same rule on fields already read: breaker is the array of the
+--   six fields above (state, open_until, probe_until, blocked_until, tat, book; false or nil
+--   where missing).
+local function hold_of(breaker, now)
   local state = breaker[1] or 'closed'
   local probe = false
   if state == 'closed' and not breaker[4] then
@@ -42,4 +43,9 @@ local function endpoint_hold(breaker_key, now)
     return 'blocked', blocked_until - now
   end
   return nil, 0, probe, state, breaker
+end
+
+local function endpoint_hold(breaker_key, now)
+  return hold_of(redis.call('HMGET', breaker_key, 'state', 'open_until', 'probe_until',
+    'blocked_until', 'tat', 'book'), now)
 end

@@ -2,6 +2,6 @@
 -- KEYS[1]  hookline:{ep}:endpoint (hash)
 -- ARGV     field, value, field, value, ...
 -- Returns  1 if saved, 0 if the endpoint does not exist.
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'url') == 0 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV))
 return 1

@@ -1,12 +1,12 @@
 -- Record the outcome of an admitted attempt: idempotency, breaker, Retry-After and the attempt
 -- history in one trip.
--- KEYS[1]  hookline:{ep}:endpoint
+-- KEYS[1]  hookline:{ep}:endpoint        the endpoint hash, with its breaker (see admit.lua)
+--                                        and its recent record: outcomes (one letter per
+--                                        attempt, newest last), last_error, last_error_at,
+--                                        last_error_event, last_success_at (ms of Redis time);
+--                                        nothing is written there once the endpoint is removed
 -- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
--- KEYS[3]  hookline:{ep}:breaker         the breaker (see admit.lua) and the endpoint's recent
---                                        record: outcomes (one letter per attempt, newest
---                                        last), last_error, last_error_at, last_error_event,
---                                        last_success_at (ms of Redis time)
--- KEYS[4]  hookline:{ep}:history:<event>  list of the event's attempt records (JSON), when
+-- KEYS[3]  hookline:{ep}:history:<event>  list of the event's attempt records (JSON), when
 --                                        they are not kept in the delivery record (ARGV[18])
 -- ARGV[1]  token of the attempt
 -- ARGV[2]  outcome: 'delivered', 'rejected' (the receiver answered, no retry), 'failed'
@@ -33,8 +33,9 @@
 --          history's); '0': in KEYS[4]
 -- Returns  {held, transition}: held is 1 if this attempt still held its lease; transition is
 --          'opened' or 'closed' when this outcome changed the breaker's state, else ''.
--- Commands: the delivery record read with one GET and written with one SET; the breaker and
--- the recent record read with one HMGET and written with one HSET (an HDEL when a state ends);
+-- Commands: the delivery record read with one GET and written with one SET; the endpoint's
+-- breaker and recent record read with one HMGET and written with one HSET (an HDEL when a
+-- state ends);
 -- a Retry-After block that has passed is dropped here, so consume.lua needs no clock for a
 -- plainly closed breaker.
 --#include piece_clock.lua
@@ -58,16 +59,17 @@ if outcome == 'delivered' then
   if ARGV[16] ~= '' then
     state['d'] = ARGV[16]
   end
-elseif outcome == 'gone' and redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'enabled', '0', 'disabled_reason', ARGV[4])
 end
 
-local breaker = redis.call('HMGET', KEYS[3], 'state', 'failures', 'cooldown_ms', 'probe_token',
-                           'blocked_until', 'outcomes')
+local breaker = redis.call('HMGET', KEYS[1], 'state', 'failures', 'cooldown_ms', 'probe_token',
+                           'blocked_until', 'outcomes', 'url')
 local set = {}
 local function put(field, value)
   set[#set + 1] = field
   set[#set + 1] = value
+end
+if outcome == 'gone' then
+  put('enabled', '0'); put('disabled_reason', ARGV[4])
 end
 local drop = {}
 local breaker_state = breaker[1] or 'closed'
@@ -117,10 +119,10 @@ if ARGV[9] ~= '' then
     end
     state['hn'] = lines
   elseif retention > 0 then
-    if redis.call('RPUSH', KEYS[4], ARGV[9]) > kept then
-      redis.call('LTRIM', KEYS[4], -kept, -1)
+    if redis.call('RPUSH', KEYS[3], ARGV[9]) > kept then
+      redis.call('LTRIM', KEYS[3], -kept, -1)
     end
-    redis.call('EXPIRE', KEYS[4], retention)
+    redis.call('EXPIRE', KEYS[3], retention)
   end
   put('outcomes', string.sub((breaker[6] or '') .. ARGV[11], -tonumber(ARGV[15])))
   if outcome == 'delivered' then
@@ -131,10 +133,13 @@ if ARGV[9] ~= '' then
 end
 
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[3]))
+if not breaker[7] then
+  return {held, transition}  -- the endpoint was removed meanwhile: nothing to record there
+end
 if #set > 0 then
-  redis.call('HSET', KEYS[3], unpack(set))
+  redis.call('HSET', KEYS[1], unpack(set))
 end
 if #drop > 0 then
-  redis.call('HDEL', KEYS[3], unpack(drop))
+  redis.call('HDEL', KEYS[1], unpack(drop))
 end
 return {held, transition}
