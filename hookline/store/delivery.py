@@ -65,9 +65,12 @@ def delivered(redis_client: Any, pairs: Iterable[tuple[str, str]]) -> list[bool]
         return []
     pipe = redis_client.pipeline(transaction=False)
     for endpoint_id, event_id in pairs:
-        pipe.mget(keys.delivery_key(endpoint_id, event_id), keys.done_key(endpoint_id, event_id))
-    return [bool(legacy) or DeliveryRecord.parse(text).done
-            for text, legacy in pipe.execute()]
+        # GETs, not one MGET: a Redis Cluster pipeline refuses multi-key commands.
+        pipe.get(keys.delivery_key(endpoint_id, event_id))
+        pipe.get(keys.done_key(endpoint_id, event_id))
+    replies = pipe.execute()
+    return [bool(replies[2 * n + 1]) or DeliveryRecord.parse(replies[2 * n]).done
+            for n in range(len(pairs))]
 
 
 def read(redis_client: Any, endpoint_id: str, event_id: str) -> DeliveryRecord:

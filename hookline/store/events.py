@@ -96,11 +96,12 @@ class EventView:
         schedule, dlq = schedule_shards(count)[shard], dead_letter_shards(count)[shard]
         pipe = self.redis.pipeline(transaction=False)
         pipe.lrange(history_key(endpoint_id, event_id), 0, -1)
-        pipe.mget(delivery_key(endpoint_id, event_id), done_key(endpoint_id, event_id))
+        pipe.get(delivery_key(endpoint_id, event_id))
+        pipe.get(done_key(endpoint_id, event_id))
         pipe.zscore(schedule.due, entry_id)
         pipe.hexists(schedule.meta, entry_id)
         pipe.hmget(dlq.entries, [entry_id, entry_id + CONFLICT_SUFFIX])
-        records, (text, done_before), due, scheduled, (own, conflict) = pipe.execute()
+        records, text, done_before, due, scheduled, (own, conflict) = pipe.execute()
         record = DeliveryRecord.parse(text)
         # A lease's end is Redis time: compared with this reader's clock, within a second.
         leased = bool(record.lease_token) and record.lease_until / 1000.0 > time.time() - 1
