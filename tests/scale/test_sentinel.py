@@ -27,6 +27,7 @@ from hookline.delivery.publisher import publish
 from hookline.store import connection as store
 from hookline.store import replication
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.delivery import delivered as recorded_delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.keys import DLQ_KEY
 from hookline.store.schedule import DUE_KEY
@@ -201,11 +202,11 @@ def test_failover_mid_run_loses_nothing_and_delivery_continues_on_the_new_master
     late = [(ep, ev) for ep, ev in events[published_before:] if expected[ev] == "delivered"]
     assert late, "every event was published before the failover"
     new_master = deployment.node(new_port)
-    assert all(delivered(new_master, late))
+    assert all(recorded_delivered(new_master, late))
     # Delivered events whose done marker was written on the old master after the switch, and
     # lost with it (reported: they are why a failover may send an event twice).
-    unrecorded = delivered(new_master, [(ep, ev) for ep, ev in events
-                                        if expected[ev] == "delivered"]).count(False)
+    unrecorded = recorded_delivered(new_master, [(ep, ev) for ep, ev in events
+                                                 if expected[ev] == "delivered"]).count(False)
     assert deployment.master_port() == new_port != old_port
     assert new_master.execute_command("ROLE")[0] == "master"
     # Nothing stranded: no message left queued, unacknowledged or scheduled.
