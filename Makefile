@@ -66,6 +66,7 @@ lint: $(STAMP)
 # bench.compare quotes the gates and schedule results, so it runs last.
 bench: $(STAMP)
 	$(BIN)/python -m bench.redis_cost
+	$(BIN)/python -m bench.budget
 	$(BIN)/python -m bench.gates
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.scale
