@@ -2,7 +2,8 @@
 
 ``python -m examples.demo`` runs it too, once a Redis answers (``make redis``).
 
-Starts the demo receiver in this process and a Celery worker beside it, registers one endpoint per
+Starts the demo receiver in this process and Celery workers beside it (``hookline worker``: one
+per core), registers one endpoint per
 receiver behaviour, sends a few hundred events and follows each to its final state: delivered,
 or in the dead-letter queue with a reason. Uses the Redis at ``REDIS_URL`` (default
 ``redis://127.0.0.1:6379/0``) and touches only the ``demo-*`` endpoints and their state, which
@@ -49,9 +50,10 @@ from rich.table import Table  # noqa: E402
 
 from examples.receiver import DEMO_ROUTES, Receiver  # noqa: E402
 from hookline import send_webhook  # noqa: E402
+from hookline.cli.worker import processes_to_run  # noqa: E402
 from hookline.store import connection as store  # noqa: E402
-from hookline.store import keys  # noqa: E402
 from hookline.store.deadletter import DLQ_KEY, DeadLetter, DeadLetterFilter, DeadLetterQueue  # noqa: E402
+from hookline.store.delivery import delivered  # noqa: E402
 from hookline.store.endpoints import EndpointRegistry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,9 +102,11 @@ def clean_up(client: redis.Redis, registry: EndpointRegistry, dlq: DeadLetterQue
 
 @contextmanager
 def celery_worker(log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``celery -A app worker`` in a subprocess, ready when yielded, always stopped after."""
-    command = [sys.executable, "-m", "celery", "-A", "app", "worker", "-l", "info", "-c", "16",
-               "-n", "demo@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    """``hookline worker --app app`` (one Celery worker per core, hookline/cli/worker.py) in a
+    subprocess, ready when yielded (its first worker is), always stopped after."""
+    command = [str(Path(sys.executable).with_name("hookline")), "worker", "--app", "app",
+               "-l", "info", "-c", "16", "--without-gossip", "--without-mingle",
+               "--without-heartbeat"]
     with open(log_path, "w") as log:
         # Its own session: Ctrl-C reaches only this process, which then stops the worker itself.
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -148,13 +152,12 @@ def send_events(receiver: Receiver, registry: EndpointRegistry) -> dict[str, str
 def final_states(client: redis.Redis, events: dict[str, str]) -> dict[str, str]:
     """Event id -> "delivered" or the dead-letter reason, for the events that reached either."""
     ids = list(events)
+    marked = delivered(client, [(events[event_id], event_id) for event_id in ids])
     pipe = client.pipeline(transaction=False)
     for event_id in ids:
-        pipe.exists(keys.done_key(events[event_id], event_id))
         pipe.hget(DLQ_KEY, f"{events[event_id]}/{event_id}")
-    replies = pipe.execute()
     states: dict[str, str] = {}
-    for event_id, done, letter in zip(ids, replies[::2], replies[1::2], strict=True):
+    for event_id, done, letter in zip(ids, marked, pipe.execute(), strict=True):
         if done:
             states[event_id] = "delivered"
         elif letter:
@@ -225,7 +228,8 @@ def main() -> int:
         console.print(f"receiver on {receiver.url()}; each event's attempts there get:")
         for name, demo in ENDPOINTS.items():
             console.print(f"  {name:<15} {demo.route:<11} {demo.answers}")
-        console.print(f"starting a worker on Redis db {url.get('db', 0)} (log: {WORKER_LOG.name})")
+        console.print(f"starting `hookline worker` ({processes_to_run()} worker processes, one "
+                      f"per core) on Redis db {url.get('db', 0)} (log: {WORKER_LOG.name})")
         with celery_worker(WORKER_LOG):
             sending = time.monotonic()
             events = send_events(receiver, registry)

@@ -32,6 +32,7 @@ from hookline.cli.output import (
 from hookline.cli.schedule import releaser, schedule
 from hookline.cli.secret import rotate_secret
 from hookline.cli.stats import stats
+from hookline.cli.worker import worker_command
 from hookline.core import redact
 from hookline.core.config import ConfigError, settings
 from hookline.core.errors import HooklineError, InvalidField
@@ -112,6 +113,7 @@ main.add_command(releaser)
 main.add_command(event)
 main.add_command(metrics_command)
 main.add_command(stats)
+main.add_command(worker_command)
 
 
 # -- endpoints ------------------------------------------------------------------------------

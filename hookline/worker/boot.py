@@ -8,6 +8,7 @@ left alone.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from celery.signals import (
@@ -77,8 +78,9 @@ def _start_releaser(sender: Any = None, **_: object) -> None:
 @worker_init.connect
 def _clear_metrics_files(sender: Any = None, **_: object) -> None:
     """Before the pool starts: a prefork worker's children write their metrics to files in
-    PROMETHEUS_MULTIPROC_DIR, which must not hold an earlier run's."""
-    if _ours(sender):
+    PROMETHEUS_MULTIPROC_DIR, which must not hold an earlier run's. Not under ``hookline
+    worker`` (HOOKLINE_WORKER_SUPERVISED): the workers share its directory, cleared once."""
+    if _ours(sender) and not os.environ.get("HOOKLINE_WORKER_SUPERVISED"):
         from hookline.gauges import clear_multiprocess_dir
 
         clear_multiprocess_dir()

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hookline.cli.worker import celery_command
 from hookline.core.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,14 +122,16 @@ def test_worker_scales(services) -> None:
     assert "ports" not in worker, "a published host port breaks --scale worker=N"
     assert "hostname" not in worker, "one hostname for all replicas would repeat the node name"
     command = argv(worker["command"])
-    node = command[command.index("-n") + 1]
+    # `hookline worker` names its nodes hookline<n>@%h (hookline/cli/worker.py).
+    assert command[:2] == ["hookline", "worker"] and "-n" not in command
+    node = celery_command("app", command[2:], 1)[-1]
     assert "%h" in node, "the node name must differ per replica"
 
 
 def test_worker_healthcheck_pings_its_own_node(services) -> None:
     worker = services["worker"]
     command = argv(worker["command"])
-    node = command[command.index("-n") + 1]
+    node = celery_command("app", command[2:], 1)[-1]
     health = worker["healthcheck"]
     assert health["test"][0] == "CMD-SHELL"
     # %h is the container's hostname; $$ stops Compose from interpolating $HOSTNAME itself.
