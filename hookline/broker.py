@@ -57,6 +57,7 @@ from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.delivery.retries import dead_letter_text
 from hookline.store.connection import load_script, ring
+from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claim_keys, claims
 from hookline.store.keys import breaker_key, doorbell_key, schedule_endpoint_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 
@@ -179,6 +180,7 @@ class Channel(kombu_redis.Channel):
         #: The broker is Redis 7 or later (the wait is BLMPOP ... COUNT 2); None: not known.
         self._blmpop: bool | None = None
         self._shared_client: tuple[Any, Any] | None = None
+        self._claim_push: Any = None  # claim_push.lua, registered on first use
         super().__init__(*args, **kwargs)
         if not self.global_keyprefix:
             self._load_script()  # now, rather than on the first NOSCRIPT reply
@@ -346,6 +348,42 @@ class Channel(kombu_redis.Channel):
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
         publish_batch = kwargs.get("_publish_batch")
+        headers = message.get("headers") or {}
+        digest = headers.get(CLAIM_HEADER)
+        if digest and publish_batch is None:
+            return self._put_claimed(queue, message, headers, digest)
+        return self._put_message(queue, message, publish_batch, **kwargs)
+
+    def _put_claimed(self, queue: str, message: Any, headers: dict[str, Any],
+                     digest: str) -> None:
+        """send_webhook's publish (``CLAIM_HEADER``): the event id claimed and the message
+        pushed in one script when Hookline's state is this Redis, as it is by default;
+        otherwise (a separate state Redis, a key prefix, a queue TTL) the claim first on the
+        state Redis, then the push. Raises ClaimRefused, pushing nothing, when it is refused."""
+        endpoint_id, event_id = headers["hookline_endpoint"], headers["hookline_event"]
+        config = settings()
+        expires = getattr(self, "_expires", None)
+        if (self.global_keyprefix or (expires and queue in expires)
+                or config.broker_url != config.redis_url):
+            verdict = claims().claim(endpoint_id, event_id, digest)
+            if verdict in (Claim.MISSING, Claim.CONFLICT):
+                raise ClaimRefused(verdict)
+            return self._put_message(queue, message, None)
+        pri = self._get_message_priority(message, reverse=False)
+        with self.conn_or_acquire() as client:
+            if self._claim_push is None:
+                self._claim_push = client.register_script(load_script("claim_push"))
+            reply = self._claim_push(
+                keys=[*claim_keys(endpoint_id, event_id), self._q_for_pri(queue, pri),
+                      doorbell_key(queue)],
+                args=[digest, config.record_ttl, dumps(message)], client=client)
+        verdict = Claim(bytes_to_str(reply))
+        if verdict in (Claim.MISSING, Claim.CONFLICT):
+            raise ClaimRefused(verdict)
+        return None
+
+    def _put_message(self, queue: str, message: Any, publish_batch: Any,
+                     **kwargs: Any) -> None:
         if self.global_keyprefix:
             return super()._put(queue, message, **kwargs)
         if publish_batch is not None:

@@ -13,9 +13,9 @@ from hookline.core.errors import HooklineError, InvalidField
 from hookline.core.event import check_deadline, validate_event
 from hookline.core.identity import content_digest
 from hookline.core.messages import shown_args
-from hookline.delivery.publisher import publish
+from hookline.delivery.publisher import claims_on_publish, publish
 from hookline.store.endpoints import EndpointRegistry, UnknownEndpoint
-from hookline.store.identity import Claim, claims
+from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claims
 
 
 class WebhookInputError(HooklineError, ValueError):
@@ -54,6 +54,10 @@ class PreparedEvent:
     deadline: float | None
     #: Bytes of the payload as compact JSON (measured once, shown in Flower).
     size: int
+    #: The content digest the event id is bound to (``hookline.core.identity``).
+    digest: str = ""
+    #: The id is not claimed yet: the publish claims it (``hookline_claim``, claim_push.lua).
+    unclaimed: bool = False
 
 
 def prepare_event(
@@ -65,6 +69,7 @@ def prepare_event(
     deadline: float | datetime | None = None,
     registry: EndpointRegistry | None = None,
     bind: bool = True,
+    claim_on_publish: bool = False,
 ) -> PreparedEvent:
     """The checks of :func:`send_webhook`, without enqueueing; raises
     :class:`WebhookInputError` (:class:`EventIdConflict` for a used id with other content).
@@ -73,7 +78,9 @@ def prepare_event(
 
     One Redis round trip: the endpoint exists, and the event id is free or bound to this
     content; ``bind`` binds a free id now (``False``: only check, for an event that may never
-    be enqueued, such as one waiting for a commit; the worker binds it then)."""
+    be enqueued, such as one waiting for a commit; the worker binds it then).
+    ``claim_on_publish``: no round trip here; :func:`enqueue_prepared` claims the id in the
+    publish (one round trip in all, when the broker is Hookline's own Redis)."""
     event_id = str(uuid.uuid4()) if event_id is None else event_id
     try:
         text = validate_event(endpoint_id, event_type, payload, event_id,
@@ -83,20 +90,35 @@ def prepare_event(
         raise WebhookInputError(str(exc), exc.field) from None
     size = len(text.encode())
     copy = json.loads(text)
-    claim = claims(registry.redis if registry else None).claim(
-        endpoint_id, event_id, content_digest(event_type, copy), bind=bind)
+    digest = content_digest(event_type, copy)
+    if claim_on_publish:
+        return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest,
+                             unclaimed=True)
+    _refused(claims(registry.redis if registry else None).claim(
+        endpoint_id, event_id, digest, bind=bind), endpoint_id, event_id)
+    return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest)
+
+
+def _refused(claim: Claim, endpoint_id: str, event_id: str) -> None:
     if claim is Claim.MISSING:
         raise WebhookInputError(str(UnknownEndpoint(endpoint_id)))
     if claim is Claim.CONFLICT:
         raise EventIdConflict(endpoint_id, event_id)
-    return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size)
 
 
 def enqueue_prepared(event: PreparedEvent) -> str:
-    """Publish a prepared event; the Celery task id is the event id, so Flower finds it."""
-    publish((event.endpoint_id, event.event_type, event.payload),
-            {"event_id": event.event_id, "deadline": event.deadline}, task_id=event.event_id,
-            argsrepr=shown_args(event.endpoint_id, event.event_type, None, size=event.size))
+    """Publish a prepared event; the Celery task id is the event id, so Flower finds it. An
+    unclaimed event's id is claimed by the publish itself (WebhookInputError or
+    EventIdConflict when refused: nothing is enqueued then)."""
+    headers = {CLAIM_HEADER: event.digest} if event.unclaimed else {}
+    try:
+        publish((event.endpoint_id, event.event_type, event.payload),
+                {"event_id": event.event_id, "deadline": event.deadline},
+                task_id=event.event_id, headers=headers,
+                argsrepr=shown_args(event.endpoint_id, event.event_type, None, size=event.size))
+    except ClaimRefused as refused:
+        _refused(refused.claim, event.endpoint_id, event.event_id)
+        raise
     return event.event_id
 
 
@@ -117,5 +139,8 @@ def send_webhook(
     endpoint with another event type or payload. The same id with the same content is
     enqueued again and delivered once.
     """
-    return enqueue_prepared(prepare_event(endpoint_id, event_type, payload, event_id,
-                                          deadline=deadline, registry=registry))
+    # With the broker on Hookline's own Redis (the default), the id is claimed in the publish:
+    # one round trip, as a plain .delay() (issue 15); otherwise a claim first, then the publish.
+    return enqueue_prepared(prepare_event(
+        endpoint_id, event_type, payload, event_id, deadline=deadline, registry=registry,
+        claim_on_publish=registry is None and claims_on_publish()))

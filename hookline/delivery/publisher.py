@@ -51,6 +51,14 @@ def celery_app() -> Celery:
         return _app[1]
 
 
+def claims_on_publish() -> bool:
+    """Whether a publish can claim the event id itself (``hookline_claim``): the broker is
+    Hookline's Redis transport on Hookline's own Redis, so claim and push are one script."""
+    config = settings()
+    transport = str(celery_app().conf.broker_transport or "")
+    return transport.startswith("hookline.broker:") and config.broker_url == config.redis_url
+
+
 def publish(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = None, *,
             task_id: str | None = None, queue: str = DELIVERY_QUEUE, **options: Any) -> Any:
     """Publish one delivery task; returns Celery's ``AsyncResult`` (``.id``: the task id).

@@ -29,6 +29,26 @@ class Claim(enum.StrEnum):
     NEW = "new"
 
 
+#: The task message header that asks Hookline's Redis transport to claim the event id in the
+#: publish itself (claim_push.lua: one round trip for send_webhook), its value the digest.
+CLAIM_HEADER = "hookline_claim"
+
+
+class ClaimRefused(Exception):
+    """Raised from the publish when the claim carried by :data:`CLAIM_HEADER` was refused
+    (unknown endpoint, id bound to another content): nothing was pushed."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__(f"event claim refused: {claim.value}")
+        self.claim = claim
+
+
+def claim_keys(endpoint_id: str, event_id: str) -> list[str]:
+    """The keys claim.lua and claim_push.lua read and write first, in their order."""
+    return [keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id),
+            keys.digest_key(endpoint_id, event_id)]
+
+
 class EventClaims:
     """Check, and bind, event ids to their content digests."""
 
@@ -40,11 +60,8 @@ class EventClaims:
               ) -> Claim:
         """One round trip: the endpoint exists, and ``event_id`` is free or bound to ``digest``
         (``bind``: bind a free id now; otherwise only check)."""
-        reply = self._claim(
-            keys=[keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id),
-                  keys.digest_key(endpoint_id, event_id)],
-            args=[digest, settings().record_ttl, "1" if bind else "0"],
-        )
+        reply = self._claim(keys=claim_keys(endpoint_id, event_id),
+                            args=[digest, settings().record_ttl, "1" if bind else "0"])
         return Claim(reply)
 
 

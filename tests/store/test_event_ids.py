@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import redis
 
 import hookline
+import hookline.celeryconfig  # read now, as the session does: tests below reconfigure settings
 from hookline import EventIdConflict, WebhookInputError, send_webhook
 from hookline.core.config import settings
 from hookline.core.event import MalformedEvent
@@ -128,20 +130,81 @@ class Counting(redis.Redis):
         raise AssertionError("send_webhook must not need a pipeline")
 
 
-def test_send_webhook_makes_one_redis_round_trip(shop, quiet_redis, monkeypatch):
-    """The endpoint check and the id's binding are one script: enqueueing costs no more round
-    trips to Hookline's Redis than the endpoint check alone did (the publish is the broker's)."""
-    url = settings().redis_url
-    counting = Counting.from_url(url, decode_responses=True)
-    monkeypatch.setattr(connection, "_client", (os.getpid(), url, counting))
-    send_webhook("shop", "order.created", {"warm": "up"})  # loads the script once
-    counting.commands.clear()
-    send_webhook("shop", "order.created", {"n": 1}, "evt-5")
-    assert counting.commands == ["EVALSHA"]
-    counting.commands.clear()
+@pytest.fixture
+def own_redis(tmp_path) -> Iterator[redis.Redis]:
+    """A redis-server of this test's own (its counters count this test's commands alone),
+    Hookline's state and broker both, as by default."""
+    from bench.common import RedisServer
+    from hookline.core import config
+
+    server = RedisServer("enqueue", tmp_path).wait_ready()
+    client = redis.Redis(port=server.port, decode_responses=True)
+    config.configure({"REDIS_URL": server.url})
+    yield client
+    config.configure()
+    client.close()
+    server.stop()
+
+
+def round_trips(client: redis.Redis, call: Any) -> tuple[int, dict[str, int]]:
+    """Socket reads Redis served during ``call`` (one per round trip), and the commands."""
+    client.config_resetstat()
+    before = client.info("stats")["total_reads_processed"]
+    call()
+    after = client.info("stats")["total_reads_processed"]
+    commands = {name.removeprefix("cmdstat_"): int(value["calls"])
+                for name, value in client.info("commandstats").items()}
+    for own in ("info", "config|resetstat"):
+        commands.pop(own, None)
+    return after - before - 1, commands  # the first INFO's own read is not the call's
+
+
+def test_send_webhook_is_one_round_trip_on_the_default_broker(own_redis):
+    """Claim and push in one script (claim_push.lua) when the broker is Hookline's own Redis:
+    send_webhook costs the caller what a plain .delay() does (issue 15)."""
+    EndpointRegistry(own_redis).add("shop", "http://127.0.0.1:9/hook")
+    send_webhook("shop", "order.created", {"warm": "up"})  # connections and the script
+    trips, commands = round_trips(
+        own_redis, lambda: send_webhook("shop", "order.created", {"n": 1}, "evt-5"))
+    assert trips == 1 and commands.get("evalsha") == 1, commands
+    assert own_redis.llen(DELIVERY_QUEUE) == 2
+    # Refused in the same trip, and nothing pushed: another content under the id, no endpoint.
     with pytest.raises(EventIdConflict):
         send_webhook("shop", "order.created", {"n": 2}, "evt-5")
-    assert counting.commands == ["EVALSHA"]
+    with pytest.raises(WebhookInputError, match="no endpoint 'nobody'"):
+        send_webhook("nobody", "order.created", {"n": 1}, "evt-6")
+    assert own_redis.llen(DELIVERY_QUEUE) == 2
+    assert not own_redis.exists(keys.delivery_key("nobody", "evt-6"))
+    # The same content again is enqueued again (and delivered once, by the worker's gate).
+    send_webhook("shop", "order.created", {"n": 1}, "evt-5")
+    assert own_redis.llen(DELIVERY_QUEUE) == 3
+
+
+def test_send_webhook_claims_first_when_the_broker_is_elsewhere(shop, quiet_redis, monkeypatch):
+    """A separate broker (here a database no worker reads): one claim round trip to
+    Hookline's Redis, then the publish to the broker's."""
+    from hookline.core import config
+    from tests.conftest import emptied, isolated_url
+
+    url = settings().redis_url
+    broker = emptied(isolated_url(6))
+    config.configure({"REDIS_URL": url, "HOOKLINE_BROKER_URL": isolated_url(6)})
+    counting = Counting.from_url(url, decode_responses=True)
+    monkeypatch.setattr(connection, "_client", (os.getpid(), url, counting))
+    try:
+        send_webhook("shop", "order.created", {"warm": "up"})  # loads the script once
+        counting.commands.clear()
+        send_webhook("shop", "order.created", {"n": 1}, "evt-5")
+        assert counting.commands == ["EVALSHA"]
+        counting.commands.clear()
+        with pytest.raises(EventIdConflict):
+            send_webhook("shop", "order.created", {"n": 2}, "evt-5")
+        assert counting.commands == ["EVALSHA"]
+        assert broker.llen(DELIVERY_QUEUE) == 2
+    finally:
+        config.configure({"REDIS_URL": url, "HOOKLINE_BROKER_URL": url})
+        emptied(isolated_url(6)).close()
+        broker.close()
 
 
 def test_the_binding_lives_as_long_as_the_done_marker(shop, quiet_redis):
