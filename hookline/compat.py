@@ -33,7 +33,7 @@ SUPPORTED = {
 #: ``_brpop_sent_at``) are used only if present, so neither is listed.
 REQUIRED_NAMES = {
     "kombu.transport.redis:Channel": (
-        "_brpop_start", "_brpop_read", "_put", "_do_restore_message", "_create_client",
+        "_brpop_start", "_brpop_read", "_put", "_do_restore_message", "_restore", "_create_client",
         "_q_for_pri", "_get_message_priority", "_lookup", "conn_or_acquire", "client", "pool",
         "qos",
         "QoS", "_in_poll", "active_queues",
@@ -41,6 +41,8 @@ REQUIRED_NAMES = {
     ),
     "kombu.transport.redis:QoS": (
         "append", "restore_unacked", "restore_visible", "_remove_from_indices",
+        "restore_by_tag", "unacked_key", "unacked_index_key", "unacked_mutex_key",
+        "unacked_mutex_expire", "visibility_timeout",
     ),
     "kombu.transport.virtual:QoS": ("append",),
     "kombu.transport.redis:Transport": ("Channel", "_deliver"),
