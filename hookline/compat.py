@@ -53,7 +53,7 @@ REQUIRED_NAMES = {
     ),
     "celery.worker.consumer:Consumer": (
         "on_send_event_buffered", "_flush_events", "on_decode_error", "on_unknown_message",
-        "on_unknown_task", "on_invalid_task",
+        "on_unknown_task", "on_invalid_task", "shutdown",
     ),
     # What Flower is told (hookline/worker/request.py, hookline/delivery/amqp.py).
     "celery.worker.request:Request": (
@@ -62,7 +62,7 @@ REQUIRED_NAMES = {
     "celery.app.amqp:AMQP": ("as_task_v2", "Connection"),
     # The worker's task-event dispatcher (hookline/worker/events.py).
     "celery.app.events:Events": ("dispatcher_cls",),
-    "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send"),
+    "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send", "extend_buffer"),
     "kombu.connection:Connection": ("resolve_aliases",),
 }
 
