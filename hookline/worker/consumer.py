@@ -16,6 +16,7 @@ from celery.worker.consumer import Consumer
 from hookline import broker
 from hookline.core.config import settings
 from hookline.core.logs import log_event
+from hookline.core.messages import TASK_NAME
 from hookline.delivery.retries import dead_letter_raw
 
 
@@ -48,12 +49,15 @@ class HooklineConsumer(Consumer):
     def _announce_parked(self, parked: list[tuple[str, str, str, str, float]]) -> None:
         """Deliveries the consume script parked for held endpoints never reach a task: tell
         Flower they wait for a retry (``task-retried``, RETRY) instead of leaving them PENDING
-        with no worker. Buffered with the other task events (one publish per batch)."""
+        with no worker. Buffered with the other task events (one publish per batch). The
+        event names the task: without publishers' ``task-sent`` (HOOKLINE_TASK_SENT_EVENTS)
+        it is the first Flower hears of the delivery, and Flower merges its fields."""
         dispatcher = getattr(self, "event_dispatcher", None)
         if dispatcher is None or not dispatcher.enabled:
             return
-        for task_id, _endpoint_id, _event_id, reason, countdown in parked:
-            dispatcher.send("task-retried", uuid=task_id, traceback="",
+        for task_id, endpoint_id, event_id, reason, countdown in parked:
+            dispatcher.send("task-retried", uuid=task_id, traceback="", name=TASK_NAME,
+                            kwargs=repr({"endpoint_id": endpoint_id, "event_id": event_id}),
                             exception=f"deferred by the consumer: {reason}, "
                                       f"next look in {countdown:g}s")
 

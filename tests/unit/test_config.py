@@ -86,3 +86,15 @@ def test_a_bad_redis_url_names_the_variable_it_came_from():
 def test_task_events_are_gathered_a_tenth_of_a_second_unless_told_otherwise():
     assert load_settings({}).events_flush_interval == 0.1
     assert load_settings({"HOOKLINE_EVENTS_FLUSH_INTERVAL": "0"}).events_flush_interval == 0
+
+
+def test_publishers_send_task_sent_only_when_asked():
+    from hookline.celeryconfig import broker_settings
+
+    assert broker_settings(load_settings({}))["task_send_sent_event"] is False
+    asked = load_settings({"HOOKLINE_TASK_SENT_EVENTS": "true"})
+    assert asked.task_sent_events is True
+    assert broker_settings(asked)["task_send_sent_event"] is True
+    rabbit = load_settings({"HOOKLINE_TASK_SENT_EVENTS": "1",
+                            "HOOKLINE_BROKER_URL": "pyamqp://guest@127.0.0.1//"})
+    assert broker_settings(rabbit)["task_send_sent_event"] is True
