@@ -166,6 +166,7 @@ class QoS(kombu_redis.QoS):
         ``Channel._create_client``); the messages are still recorded, so leaving them there
         loses nothing: the sweep puts them back after the visibility timeout. Swallowed here
         so that the rest of the channel's close still runs."""
+        self._flush()  # acknowledged meanwhile: nothing to restore (kombu's would look)
         try:
             super().restore_unacked(client)
         except RedisError as exc:
@@ -184,18 +185,24 @@ class QoS(kombu_redis.QoS):
         the sweep every 10 s, and its own scanned Redis on every tenth call, so a dead
         worker's messages would come back only after up to ~100 s plus the visibility
         timeout. Without ``interval`` this scans on every Nth call, N making the same period
-        from the two options (at least every call, i.e. every 10 s)."""
+        from the two options (at least every call, i.e. every 10 s).
+
+        With a ``global_keyprefix`` (kombu's BRPOP and records, see hookline/broker.py) this
+        is kombu's own sweep, at that period."""
         if interval is None:
             options = self.channel.connection.client.transport_options
             period = (options.get("unacked_restore_interval", 10)
                       * options.get("unacked_restore_throttle", 10))
             interval = max(1, round(period / _KOMBU_SWEEP_CALL_PERIOD))
+        if self.channel.global_keyprefix:
+            super().restore_visible(start, num, interval)
+            return
         self._vrestore_count += 1
         if (self._vrestore_count - 1) % (interval or 1):
             return
         with self.channel.conn_or_acquire() as client:
             ceil = time() - self.visibility_timeout
-            window = {"start": num and start, "num": num} if num else {}
+            window = {"start": start, "num": num} if num else {}
             try:
                 with kombu_redis.Mutex(client, self.unacked_mutex_key,
                                        self.unacked_mutex_expire):

@@ -443,3 +443,19 @@ def test_held_messages_go_back_at_close_and_count_in_both_layouts(db):
             assert held_count(db) == 3 and len(held_messages(db)) == 3
     assert db.zcard(UNACKED_RECORDS_KEY) == 0 and db.llen("broker-test") == 2
     assert held_count(db) == 1  # the earlier worker's, its own to acknowledge
+
+
+def test_with_a_global_keyprefix_the_records_and_the_sweep_are_kombus(db):
+    """A ``global_keyprefix`` turns this transport back into kombu's BRPOP: the record is
+    kombu's (prefixed hash and index) and the sweep is kombu's, which restores it."""
+    with connect(global_keyprefix="pfx:", visibility_timeout=1) as conn:
+        publish(conn, {"n": 1})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            drain_until(conn, lambda: held)
+            assert db.hlen("pfx:unacked") == 1 and not db.exists(UNACKED_RECORDS_KEY)
+            channel = conn.default_channel
+            channel.qos._delivered.clear()  # as if this worker had died: no restore at close
+            time.sleep(1.2)
+            channel.qos.restore_visible(num=10, interval=1)
+        assert db.llen("pfx:broker-test") == 1 and db.hlen("pfx:unacked") == 0
