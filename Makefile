@@ -48,7 +48,7 @@ test-scale: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
 	$(BIN)/pytest -m scale $(PYTEST_ARGS)
 
-# The broker, crash, held-endpoint and Flower tests at each end of the celery/kombu/billiard range
+# The broker, crash, held-endpoint, Flower and task-event tests at each end of the celery/kombu/billiard range
 # pyproject.toml declares: COMPAT=lowest (compat.SUPPORTED's lower bounds), newest (what pip
 # resolves today) or all (both, the default). Each end in a throwaway virtualenv in .compat/.
 COMPAT ?= all

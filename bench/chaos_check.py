@@ -20,6 +20,7 @@ from bench.chaos_rate import check_rate
 from hookline.store import delivery
 from hookline.store.deadletter import DLQ_KEY, DeadLetterQueue
 from hookline.store.schedule import META_KEY
+from hookline.unacked import UNACKED_RECORDS_KEY, held_messages
 
 #: A duplicate is explained by a fault when its first accepted request arrived at most this
 #: long before it (an attempt lasts at most connect + 2 x read timeout = 3 s, then settles).
@@ -95,16 +96,16 @@ def explain(first: float, faults: list[Fault]) -> str:
 
 
 def queued_ids(client: redis.Redis) -> str:
-    """Every message text on Hookline's queues and kombu's unacknowledged hash, joined."""
+    """Every message text on Hookline's queues and among the unacknowledged records, joined."""
     texts = client.lrange("hookline", 0, -1) + client.lrange("hookline.retry", 0, -1)
-    texts += list(client.hvals("unacked"))
+    texts += held_messages(client)
     return "\n".join(str(text) for text in texts)
 
 
 def untraceable(client: redis.Redis, events: dict[str, str], event_ids: set[str]) -> set[str]:
     """Of ``event_ids`` (not final), those Hookline holds nowhere: not in the retry schedule,
-    not on a queue, not unacknowledged (a worker's messages stay in kombu's ``unacked`` hash
-    until acknowledged)."""
+    not on a queue, not unacknowledged (a worker's messages stay in the unacked records until
+    acknowledged, hookline/unacked.py)."""
     queued = queued_ids(client)
     ordered = sorted(event_ids)
     pipe = client.pipeline(transaction=False)
@@ -118,11 +119,13 @@ def redelivery_sample(client: redis.Redis) -> tuple[float, str]:
     """(age in seconds of the oldest unacknowledged broker message, the token of kombu's
     ``unacked_mutex`` or ''): how a killed worker's messages are doing on their way back."""
     pipe = client.pipeline(transaction=False)
-    pipe.zrange("unacked_index", 0, 0, withscores=True)
+    pipe.zrange(UNACKED_RECORDS_KEY, 0, 0, withscores=True)
+    pipe.zrange("unacked_index", 0, 0, withscores=True)  # kombu's layout, if any
     pipe.get("unacked_mutex")
     pipe.time()
-    oldest, token, (seconds, micros) = pipe.execute()
-    age = seconds + micros / 1e6 - oldest[0][1] if oldest else 0.0
+    oldest, oldest_kombu, token, (seconds, micros) = pipe.execute()
+    taken = [entries[0][1] for entries in (oldest, oldest_kombu) if entries]
+    age = seconds + micros / 1e6 - min(taken) if taken else 0.0
     return max(0.0, age), token or ""
 
 

@@ -22,6 +22,7 @@ import redis
 import requests
 
 from bench.common import ROOT, RedisServer, Worker, stop_process
+from hookline.unacked import UNACKED_RECORDS_KEY
 
 EVENT_TYPE = "order.paid"
 
@@ -178,7 +179,8 @@ class Contender:
         while True:
             pipe = self.client.pipeline(transaction=False)
             pipe.llen(self.queue)
-            pipe.hlen("unacked")
+            pipe.hlen("unacked")  # the naive task's (kombu's layout)
+            pipe.zcard(UNACKED_RECORDS_KEY)  # Hookline's
             if sum(pipe.execute()) == 0:
                 if empty_since is not None:
                     return empty_since

@@ -38,6 +38,7 @@ from typing import Any
 import redis
 
 from bench.common import FastReceiver, RedisServer, Worker, machine, private_redis, run_bench
+from hookline.unacked import held_count
 
 RESULTS = Path(__file__).resolve().parent / "results" / "redis_cost.json"
 ENDPOINT = "cost"
@@ -143,7 +144,7 @@ class Contender:
         """Until the queues and the unacknowledged hash are empty (the last acks are in)."""
         deadline = time.monotonic() + timeout
         while self.client.llen("hookline" if self.name == "hookline" else "celery") or \
-                self.client.hlen("unacked"):
+                held_count(self.client):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.name}: not drained after {timeout:.0f}s")
             time.sleep(0.05)

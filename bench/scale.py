@@ -59,6 +59,7 @@ from bench.common import (
     run_bench,
 )
 from bench.redis_cost import Meter
+from hookline.unacked import held_count
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
 ENDPOINTS = 20
@@ -116,7 +117,7 @@ class Setup:
             if self.broker is not None:
                 broker = self.broker
                 busy += [q for q in self.queues if broker.call(broker.client.llen, q)]
-                if broker.call(broker.client.hlen, "unacked"):
+                if broker.call(held_count, broker.client):
                     busy.append("unacked")
             for name, want in self.blocked.items():
                 blocked = roles[name].blocked()

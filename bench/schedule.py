@@ -55,6 +55,7 @@ from bench.schedule_tools import (
     worker_env,
 )
 from hookline.store import delivery
+from hookline.unacked import held_count
 
 RESULTS = Path(__file__).resolve().parent / "results" / "schedule.json"
 RELEASE_COUNT = 10_000
@@ -94,7 +95,7 @@ def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
             module = "bench.naive_countdown"
 
             def waiting() -> int:  # held = unacknowledged, and nothing left in the queue
-                held, queued = client.hlen("unacked"), client.llen(queue)
+                held, queued = held_count(client), client.llen(queue)
                 if time.perf_counter() - started > naive_countdown.COUNTDOWN - 5:
                     raise RuntimeError(
                         f"the countdown side held {held} of {count} retries when the first "
@@ -119,7 +120,7 @@ def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
             extra = {"schedule_bytes_per_retry": round(sum(
                 client.memory_usage(key, samples=0) or 0 for key in SCHEDULE_KEYS) / count, 1),
                 "dead_letters": client.zcard("hookline:dlq:by_time")}
-        extra.update(unacked=client.hlen("unacked"), queued=client.llen(queue),
+        extra.update(unacked=held_count(client), queued=client.llen(queue),
                      keys=client.dbsize())
         return {"kind": kind, "retries": count, "idle": idle, "held": held,
                 "worker_kb_per_retry": round((held["rss_mb"] - idle["rss_mb"]) * 1024 / count, 2),

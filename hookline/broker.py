@@ -10,8 +10,10 @@ worker's messages are restored. A worker killed between the two (a whole contain
 the reply still in the socket while the event loop is busy) loses that message for good: the
 fault run lost 2 of 3,000 events this way. Here one Lua script
 (``hookline/store/lua/consume.lua``) takes the message and records it in the same atomic step,
-so a message is always on its list or in the unacked hash, and kombu's restore sweep brings
-back whatever a dead worker held.
+so a message is always on its list or in the unacked records, and the restore sweep brings
+back whatever a dead worker held. The record is one member of a sorted set, written with one
+command and removed by the acknowledgement with one (``hookline/unacked.py``: the format, the
+sweep, and records of kombu's own layout left by earlier workers).
 
 **Blocking without taking, waking one.** A script cannot block, so when every queue is empty
 the consumer blocks on its queues' doorbells (``BLMPOP ... COUNT 2``; ``BLPOP`` before Redis
@@ -40,17 +42,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from collections.abc import Callable
 from time import monotonic, time
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
-from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from hookline.core import metrics
 from hookline.core.config import settings
@@ -60,8 +60,8 @@ from hookline.store.connection import load_script, ring
 from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claim_keys, claims
 from hookline.store.keys import breaker_key, doorbell_key, schedule_endpoint_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
+from hookline.unacked import QoS, parse_member
 
-logger = logging.getLogger("hookline")
 _CONSUME = load_script("consume")
 _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
 
@@ -72,11 +72,6 @@ PARK_BATCH = 200
 #: of the messages taken most recently). consume.lua takes every key through KEYS; a message
 #: for another endpoint makes it answer 'need', and the next call passes that one's keys too.
 HELD_ENDPOINTS = 64
-
-#: Seconds between kombu 5.6's calls of the visibility-timeout sweep (fixed there; kombu 5.7
-#: takes ``unacked_restore_interval``). See :meth:`QoS.restore_visible`.
-_KOMBU_SWEEP_CALL_PERIOD = 10
-
 
 #: Called with ``[(task id, endpoint id, event id, reason, countdown seconds), ...]`` for the
 #: deliveries each consume call parked (the worker's consumer sets it: Flower is told they
@@ -102,69 +97,13 @@ def _report_parked(entries: list[Any]) -> None:
         listener(parked)
 
 
-class QoS(kombu_redis.QoS):
-    def append(self, message: Any, delivery_tag: str) -> None:
-        recorded = getattr(self.channel, "_recorded", None)
-        if recorded is not None and delivery_tag in recorded:
-            # consume.lua already wrote the unacked record: only the in-memory bookkeeping.
-            recorded.discard(delivery_tag)
-            virtual.QoS.append(self, message, delivery_tag)
-            return
-        super().append(message, delivery_tag)
-
-    def _remove_from_indices(self, delivery_tag: str, pipe: Any = None) -> Any:
-        """The acknowledgement's removal of the unacked record, in one round trip without
-        kombu's MULTI/EXEC (4 commands, now 2). The hash entry goes first: a client dying
-        between the two leaves an index entry without a record, which the restore sweep
-        drops without restoring anything (kombu's ``restore_by_tag``); never a record
-        without an index entry, which no sweep would find. Inside kombu's restore
-        transaction (``pipe`` given) its own order stands."""
-        if pipe is not None:
-            return super()._remove_from_indices(delivery_tag, pipe)
-        with self.channel.conn_or_acquire() as client:
-            return (client.pipeline(transaction=False)
-                    .hdel(self.unacked_key, delivery_tag)
-                    .zrem(self.unacked_index_key, delivery_tag))
-
-    def restore_unacked(self, client: Any = None) -> None:
-        """Put this channel's unacknowledged messages back on their queues (on close).
-
-        When the channel closes because Redis went away this fails (see
-        ``Channel._create_client``); the messages are still recorded in the unacked hash, so
-        leaving them there loses nothing: the restore sweep puts them back after the visibility
-        timeout. Swallowed here so that the rest of the channel's close still runs.
-        """
-        try:
-            super().restore_unacked(client)
-        except RedisError as exc:
-            logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
-                           "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
-            self._delivered.clear()
-
-    def restore_visible(self, start: int = 0, num: int = 10, interval: int | None = None
-                        ) -> Any:
-        """kombu's visibility-timeout sweep, at the period the transport options ask for.
-
-        kombu 5.7 passes ``interval`` (its ``unacked_restore_throttle``) and calls the sweep
-        every ``unacked_restore_interval`` seconds. kombu 5.6 knows neither option: it calls
-        the sweep every 10 s and scans Redis on every tenth call, so a dead worker's messages
-        would come back only after up to ~100 s plus the visibility timeout. Without
-        ``interval`` this scans on every Nth call, N making the same period from the two
-        options (at least every call, i.e. every 10 s)."""
-        if interval is None:
-            options = self.channel.connection.client.transport_options
-            period = (options.get("unacked_restore_interval", 10)
-                      * options.get("unacked_restore_throttle", 10))
-            interval = max(1, round(period / _KOMBU_SWEEP_CALL_PERIOD))
-        return super().restore_visible(start, num, interval)
-
-
 class Channel(kombu_redis.Channel):
     QoS = QoS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        #: Delivery tags consume.lua recorded, until QoS.append sees them.
-        self._recorded: set[str] = set()
+        #: The unacked records consume.lua wrote (records-set members, hookline/unacked.py),
+        #: by delivery tag, until QoS.append takes them over.
+        self._recorded: dict[str, bytes] = {}
         #: Endpoints whose keys consume.lua gets (insertion order: least recently needed first).
         self._endpoints: dict[str, None] = {}
         #: Their breaker and schedule-index keys, in that order: built when the set changes
@@ -195,7 +134,7 @@ class Channel(kombu_redis.Channel):
         acknowledges on it, or its close restores), kombu 5.7 fails with ``AttributeError``
         on the vanished connection details and Celery stops the worker ("Unrecoverable
         error"). A connection error is what kombu's and Celery's callers handle: the message
-        stays recorded in the unacked hash and the sweep restores it after the visibility
+        stays recorded as unacknowledged and the sweep restores it after the visibility
         timeout (the idempotency gate stops a second send if it was delivered)."""
         if asynchronous:
             return super()._create_client(asynchronous=True)
@@ -242,8 +181,8 @@ class Channel(kombu_redis.Channel):
             park_held = config.broker_url == config.redis_url
             endpoints = list(self._endpoints) if park_held else []
             endpoint_keys = self._endpoint_keys if park_held else []
-            command = ["EVALSHA", _CONSUME_SHA, 7 + 2 * len(keys) + len(endpoint_keys),
-                       self.unacked_key, self.unacked_index_key, *SCHEDULE_KEYS, WAKE_KEY,
+            command = ["EVALSHA", _CONSUME_SHA, 6 + 2 * len(keys) + len(endpoint_keys),
+                       self.qos.records_key, *SCHEDULE_KEYS, WAKE_KEY,
                        *keys, *bells, *endpoint_keys,
                        repr(time()), "1" if park_held else "0", config.schedule_max,
                        config.schedule_max_per_endpoint, PARK_BATCH, len(keys), *endpoints]
@@ -301,26 +240,26 @@ class Channel(kombu_redis.Channel):
             self._endpoint_keys = [key for endpoint in self._endpoints for key in
                                    (breaker_key(endpoint), schedule_endpoint_key(endpoint))]
             raise kombu_redis.Empty()
-        key, item = bytes_to_str(reply[1]), bytes_to_str(reply[2])
+        key = bytes_to_str(reply[1])
         if kind == "bad":
-            self._drop_bad_item(key, item)
+            self._drop_bad_item(key, bytes_to_str(reply[2]))
             raise kombu_redis.Empty()
-        message = loads(item)
+        member = reply[2]  # kept as Redis sent it: the acknowledgement removes these bytes
+        tag, record = parse_member(member)  # type: ignore[misc]  # consume.lua wrote it
+        message = loads(record)[0]
         dest = key.rsplit(self.sep, 1)[0]
         self._queue_cycle.rotate(dest)
-        tag = message["properties"]["delivery_tag"]
         if self._single_wake:
             self._single_wake = False
             self._waiting = True
-        self._recorded.add(tag)
+        self._recorded[tag] = member
         try:
             self.connection._deliver(message, dest)
         finally:
-            if tag in self._recorded:
+            if self._recorded.pop(tag, None) is not None:
                 # Delivered to a no-ack consumer (or to none): it is done with, as kombu's own
                 # BRPOP would have it; do not restore it later.
-                self._recorded.discard(tag)
-                self.qos._remove_from_indices(tag).execute()
+                self.qos.remove_record(member).execute()
         return True
 
     def _brpop_read_stock(self, **options: Any) -> Any:
@@ -404,6 +343,15 @@ class Channel(kombu_redis.Channel):
             pipe.execute()
         return None
 
+    def _restore(self, message: Any, leftmost: bool = False) -> None:
+        """kombu's restore of one held message (``basic_recover``), for a records-set one
+        too."""
+        qos = self.qos
+        if bytes_to_str(message.delivery_tag) in qos._members:
+            qos.restore_by_tag(message.delivery_tag, leftmost=leftmost)
+            return
+        super()._restore(message, leftmost)
+
     def _do_restore_message(self, payload: Any, exchange: Any, routing_key: Any, pipe: Any,
                             leftmost: bool = False) -> None:
         super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)
@@ -440,7 +388,7 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     ``SentinelChannel``'s (redis-py's ``Sentinel.master_for`` with ``master_name`` and
     ``sentinel_kwargs`` from the transport options), built here from every Sentinel in the
     transport options and with a pool that follows a failover. A message taken by
-    consume.lua is in the unacked hash in the same step there too, so kombu's restore sweep
+    consume.lua is in the unacked records in the same step there too, so the restore sweep
     brings back what a worker held.
 
     A master demoted by a failover keeps answering until Sentinel reconfigures it (about

@@ -31,8 +31,9 @@ def hookline_queues(config: Settings) -> tuple[Queue, ...]:
 
 
 def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[str, Any]:
-    """The Celery settings that follow Hookline's: the broker, its transport and options.
-    ``confirm_publish``: RabbitMQ publisher confirms (the publishing app's, see below)."""
+    """The Celery settings that follow Hookline's: the broker, its transport and options, and
+    whether a publish sends ``task-sent``. ``confirm_publish``: RabbitMQ publisher confirms
+    (the publishing app's, see below)."""
     options = {
         "visibility_timeout": config.visibility_timeout,
         # Look for unacknowledged messages of dead workers every tenth of the timeout (kombu's
@@ -53,6 +54,7 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         "broker_transport_options": options,
         "task_queues": hookline_queues(config),
         "task_default_queue_type": "quorum" if broker_is_amqp(config.broker_url) else "classic",
+        "task_send_sent_event": config.task_sent_events,
     }
     if broker_is_amqp(config.broker_url):
         # RabbitMQ: publisher confirms, so a publish (send_webhook, a released retry: both
@@ -185,9 +187,12 @@ task_queues = _broker["task_queues"]
 task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE}}
 
 # Task events for Flower: names and arguments (endpoint id, event type, event id: never a URL
-# or secret, which stay in the endpoint registry).
+# or secret, which stay in the endpoint registry). The worker's are batched (HOOKLINE_EVENTS_
+# FLUSH_INTERVAL, hookline/worker/consumer.py); a publisher's task-sent cannot be (see
+# Settings.task_sent_events) and costs a Redis PUBLISH per delivery: off unless
+# HOOKLINE_TASK_SENT_EVENTS=true. Flower then lists a delivery from the moment a worker takes it.
 worker_send_task_events = True
-task_send_sent_event = True
+task_send_sent_event = _broker["task_send_sent_event"]
 
 # On SIGTERM the worker stops taking messages and lets running attempts finish (warm shutdown);
 # messages it prefetched but did not start go back to the queue. A soft shutdown timeout gives

@@ -33,7 +33,7 @@ SUPPORTED = {
 #: ``_brpop_sent_at``) are used only if present, so neither is listed.
 REQUIRED_NAMES = {
     "kombu.transport.redis:Channel": (
-        "_brpop_start", "_brpop_read", "_put", "_do_restore_message", "_create_client",
+        "_brpop_start", "_brpop_read", "_put", "_do_restore_message", "_restore", "_create_client",
         "_q_for_pri", "_get_message_priority", "_lookup", "conn_or_acquire", "client", "pool",
         "qos",
         "QoS", "_in_poll", "active_queues",
@@ -41,6 +41,8 @@ REQUIRED_NAMES = {
     ),
     "kombu.transport.redis:QoS": (
         "append", "restore_unacked", "restore_visible", "_remove_from_indices",
+        "restore_by_tag", "unacked_key", "unacked_index_key", "unacked_mutex_key",
+        "unacked_mutex_expire", "visibility_timeout",
     ),
     "kombu.transport.virtual:QoS": ("append",),
     "kombu.transport.redis:Transport": ("Channel", "_deliver"),
@@ -51,7 +53,7 @@ REQUIRED_NAMES = {
     ),
     "celery.worker.consumer:Consumer": (
         "on_send_event_buffered", "_flush_events", "on_decode_error", "on_unknown_message",
-        "on_unknown_task", "on_invalid_task",
+        "on_unknown_task", "on_invalid_task", "shutdown",
     ),
     # What Flower is told (hookline/worker/request.py, hookline/delivery/amqp.py).
     "celery.worker.request:Request": (
@@ -60,7 +62,7 @@ REQUIRED_NAMES = {
     "celery.app.amqp:AMQP": ("as_task_v2", "Connection"),
     # The worker's task-event dispatcher (hookline/worker/events.py).
     "celery.app.events:Events": ("dispatcher_cls",),
-    "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send"),
+    "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send", "extend_buffer"),
     "kombu.connection:Connection": ("resolve_aliases",),
 }
 

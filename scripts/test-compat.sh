@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The broker, crash, held-endpoint and Flower tests at each end of the celery/kombu/billiard range
+# The broker, crash, held-endpoint, Flower and task-event tests at each end of the celery/kombu/billiard range
 # Hookline declares (pyproject.toml) and checks at worker start (hookline/compat.py).
 #
 #   scripts/test-compat.sh [lowest|newest|all]      (make test-compat COMPAT=...)
@@ -22,7 +22,8 @@ WHICH=${1:-all}
 PYTHON=${PYTHON:-python3}
 BASE=${COMPAT_DIR:-$ROOT/.compat}
 TESTS=(tests/store/test_broker.py tests/faults/test_crashes.py tests/integration/test_held.py
-       tests/integration/test_flower.py)
+       tests/integration/test_flower.py tests/integration/test_events.py
+       tests/unit/test_worker_events.py)
 DISTS=(celery kombu billiard)
 
 say() { echo "test-compat: $*"; }

@@ -120,6 +120,14 @@ class Settings:
     releaser: str = "worker"
     #: Longest a releaser sleeps between looks at the schedule, seconds.
     releaser_max_sleep: float = 1.0
+    #: Longest a worker gathers task events (for Flower) before it publishes them as one
+    #: message, seconds; a batch goes out sooner when it holds Celery's buffer limit (24
+    #: events). 0: on the event loop's next turn, as Celery does.
+    events_flush_interval: float = 0.1
+    #: Publishers send Celery's ``task-sent`` event (Flower then lists a delivery as PENDING
+    #: from its publish, not from its receipt by a worker): one Redis PUBLISH per delivery,
+    #: unbatched (a batch published late would overwrite a RETRY Flower already shows).
+    task_sent_events: bool = False
     #: Port of the worker's Prometheus metrics server; 0: no server.
     metrics_port: int = 9808
     #: Address the metrics servers (the worker's, ``hookline metrics``) listen on: an IP
@@ -411,6 +419,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
         releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01,
                                    maximum=60.0),
+        events_flush_interval=_number(env, "HOOKLINE_EVENTS_FLUSH_INTERVAL", 0.1,
+                                      maximum=10.0),
+        task_sent_events=_flag(env, "HOOKLINE_TASK_SENT_EVENTS", False),
         metrics_port=_port(env, "HOOKLINE_METRICS_PORT", 9808),
         metrics_address=_address(env, "HOOKLINE_METRICS_ADDRESS", "127.0.0.1"),
         metrics_max_endpoints=_integer(env, "HOOKLINE_METRICS_MAX_ENDPOINTS", 200),

@@ -8,15 +8,16 @@ was sent, then lets Celery go on as usual. Configured by ``worker_consumer`` in 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery.worker.consumer import Consumer
 
 from hookline import broker
+from hookline.core.config import settings
+from hookline.core.logs import log_event
+from hookline.core.messages import TASK_NAME
 from hookline.delivery.retries import dead_letter_raw
-
-#: How long task events (for Flower) are gathered before they are published as one message.
-EVENT_FLUSH_INTERVAL = 0.1
 
 
 class HooklineConsumer(Consumer):
@@ -25,8 +26,11 @@ class HooklineConsumer(Consumer):
 
     Celery buffers task events and publishes the buffer on the event loop's next turn, which
     on a busy worker is one Redis publish per event, three per delivery: a tenth of a
-    worker's CPU. Here the buffer goes out at most every ``EVENT_FLUSH_INTERVAL`` seconds (or
-    when it holds 24 events) as one ``task.multi`` message, which Flower reads the same way.
+    worker's CPU. Here the buffer goes out at most every ``HOOKLINE_EVENTS_FLUSH_INTERVAL``
+    seconds (0.1) after its first event, or when it holds Celery's buffer limit (24 events),
+    as one ``task.multi`` message, which Flower reads the same way; and at shutdown, once the
+    running tasks are done. See hookline/worker/events.py for what keeps every event and one
+    thread's order.
     """
 
     _events_flush_pending = False
@@ -45,23 +49,39 @@ class HooklineConsumer(Consumer):
     def _announce_parked(self, parked: list[tuple[str, str, str, str, float]]) -> None:
         """Deliveries the consume script parked for held endpoints never reach a task: tell
         Flower they wait for a retry (``task-retried``, RETRY) instead of leaving them PENDING
-        with no worker. Buffered with the other task events (one publish per batch)."""
+        with no worker. Buffered with the other task events (one publish per batch). The
+        event names the task: without publishers' ``task-sent`` (HOOKLINE_TASK_SENT_EVENTS)
+        it is the first Flower hears of the delivery, and Flower merges its fields."""
         dispatcher = getattr(self, "event_dispatcher", None)
         if dispatcher is None or not dispatcher.enabled:
             return
-        for task_id, _endpoint_id, _event_id, reason, countdown in parked:
-            dispatcher.send("task-retried", uuid=task_id, traceback="",
+        for task_id, endpoint_id, event_id, reason, countdown in parked:
+            dispatcher.send("task-retried", uuid=task_id, traceback="", name=TASK_NAME,
+                            kwargs=repr({"endpoint_id": endpoint_id, "event_id": event_id}),
                             exception=f"deferred by the consumer: {reason}, "
                                       f"next look in {countdown:g}s")
 
     def on_send_event_buffered(self) -> None:
         # Called from pool threads: only call_soon is safe there; the timer is set on the loop.
+        if not settings().events_flush_interval:
+            super().on_send_event_buffered()
+            return
         if self.hub and not self._events_flush_pending:
             self._events_flush_pending = True
             self.hub.call_soon(self._schedule_events_flush)
 
     def _schedule_events_flush(self) -> None:
-        self.hub.call_later(EVENT_FLUSH_INTERVAL, self._flush_batched_events)
+        self.hub.call_later(settings().events_flush_interval, self._flush_batched_events)
+
+    def shutdown(self) -> None:
+        """The worker's last step (its pool has finished the running tasks): publish the task
+        events still buffered, which the event loop's timer no longer will and Celery's
+        shutdown would drop with the dispatcher, so Flower gets each delivery's last state."""
+        try:
+            self._flush_events()
+        except Exception as exc:  # never stops the shutdown; the events are only Flower's
+            log_event("flower.event_failed", level=logging.WARNING, error=type(exc).__name__)
+        super().shutdown()
 
     def _flush_batched_events(self) -> None:
         self._events_flush_pending = False

@@ -14,6 +14,7 @@ from examples.receiver import Reply, always, fail_first
 from hookline.store import delivery
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule, build_message
+from hookline.unacked import UNACKED_RECORDS_KEY
 from hookline.worker.celery import app
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
@@ -52,6 +53,11 @@ def run_with_interruption(isolated, receiver, start_worker, sig: int) -> tuple[l
     assert receiver.wait_for(lambda got: len(got) >= 300, timeout=30)
     first.process.send_signal(sig)
     first.process.wait(60)
+    if sig == signal.SIGKILL:
+        # What the killed worker held is in the unacked records set only (hookline/unacked.py),
+        # for the second worker's sweep to restore.
+        assert isolated.zcard(UNACKED_RECORDS_KEY) > 0
+        assert not isolated.exists("unacked", "unacked_index")
     start_worker("crash-2", concurrency=16, extra_env=env)
     wait_until(lambda: delivered(isolated, endpoint.id, event_ids) == 1000, timeout=90)
     return event_ids, Counter(r.webhook_id for r in receiver.received)

@@ -21,6 +21,7 @@ from celery import Celery
 
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
+from hookline.unacked import held_count
 from tests.conftest import TEST_ENV, WorkerProcess, emptied, wait_until
 from tests.support.windows import busiest_window
 
@@ -88,7 +89,7 @@ def test_two_nodes_share_the_work_and_the_gates_hold(isolated_redis, nodes, prod
         the retry schedule (a deferred copy is parked under its event id, so a second copy
         deferred meanwhile joins the first one's scheduled retry)."""
         succeeded = sum(outcomes(node)["succeeded"] for node in nodes)
-        left = (client.llen("hookline") + client.llen("hookline.retry") + client.hlen("unacked")
+        left = (client.llen("hookline") + client.llen("hookline.retry") + held_count(client)
                 + client.zcard(DUE_KEY))
         return succeeded >= EVENTS and left == 0
 

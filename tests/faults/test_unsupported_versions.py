@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from hookline.store.schedule import build_message
+from hookline.unacked import held_count
 from hookline.worker.celery import app
 from tests.conftest import WorkerProcess, isolated_url
 
@@ -64,4 +65,4 @@ def test_a_worker_on_an_unsupported_kombu_refuses_to_start_and_takes_nothing(tmp
     assert " ready." not in output
     # The message it would have taken is still on its queue, and none is held unacknowledged.
     assert queue.llen("hookline") == 1
-    assert queue.hlen("unacked") == 0
+    assert held_count(queue) == 0

@@ -21,6 +21,7 @@ from hookline import deliver
 from hookline.core.config import configure
 from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
+from hookline.unacked import held_count
 from tests.conftest import PrivateRedis, wait_until
 
 pytestmark = pytest.mark.scale
@@ -54,7 +55,7 @@ def idle(client: redis.Redis, workers: int) -> bool:
     unacked."""
     blocked = sum(c["cmd"] in ("blmpop", "blpop") for c in client.client_list())
     return (blocked >= 2 * workers and not client.llen("hookline")
-            and not client.hlen("unacked"))
+            and not held_count(client))
 
 
 def deliver_one_at_a_time(client: redis.Redis, endpoint_id: str, prefix: str, count: int,

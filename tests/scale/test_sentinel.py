@@ -31,6 +31,7 @@ from hookline.store.delivery import delivered as recorded_delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.keys import DLQ_KEY
 from hookline.store.schedule import DUE_KEY
+from hookline.unacked import held_count, held_messages
 from tests.conftest import WorkerProcess, wait_until
 from tests.support.cli import json_out
 from tests.support.sentinel import SentinelDeployment, redis_server_missing
@@ -146,7 +147,7 @@ def whereabouts(master: Any, events: list[tuple[str, str]], found: dict[str, str
     for queue in (DELIVERY_QUEUE, RETRY_QUEUE):
         for item in master.lrange(queue, 0, -1):
             places[queue] += any(event_id in item for event_id in missing)
-    for item in master.hvals("unacked"):
+    for item in held_messages(master):
         places["unacked"] += any(event_id in item for event_id in missing)
     for member in master.zrange(DUE_KEY, 0, -1):
         places["schedule"] += member.rsplit("/", 1)[-1] in missing
@@ -211,10 +212,10 @@ def test_failover_mid_run_loses_nothing_and_delivery_continues_on_the_new_master
     assert new_master.execute_command("ROLE")[0] == "master"
     # Nothing stranded: no message left queued, unacknowledged or scheduled.
     wait_until(lambda: not (new_master.llen(DELIVERY_QUEUE) + new_master.llen(RETRY_QUEUE)
-                            + new_master.hlen("unacked") + new_master.zcard(DUE_KEY)),
+                            + held_count(new_master) + new_master.zcard(DUE_KEY)),
                timeout=20, what=lambda: [new_master.llen(DELIVERY_QUEUE),
                                          new_master.llen(RETRY_QUEUE),
-                                         new_master.hlen("unacked"), new_master.zcard(DUE_KEY)])
+                                         held_count(new_master), new_master.zcard(DUE_KEY)])
     # Duplicates only ever with the same webhook-id: each id is one of this run's events.
     received = Counter(r["webhook_id"] for r in requests() if 200 <= r["status"] < 300)
     assert set(received) == {ev for ev, outcome in expected.items() if outcome == "delivered"}

@@ -17,6 +17,13 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue
 from hookline.store.connection import load_script
 from hookline.store.keys import doorbell_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
+from hookline.unacked import (
+    UNACKED_RECORDS_KEY,
+    held_count,
+    held_messages,
+    parse_member,
+    record_member,
+)
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
 URL = isolated_url(9)
@@ -49,7 +56,8 @@ def acking(conn: Connection, got: list) -> Consumer:
 
 
 def no_unacked_record(db: redis.Redis) -> bool:
-    return db.hlen("unacked") == 0 and db.zcard("unacked_index") == 0
+    return (held_count(db) == 0 and db.zcard("unacked_index") == 0
+            and db.zcard(UNACKED_RECORDS_KEY) == 0)
 
 
 def drain_until(conn: Connection, condition, timeout: float = 10.0) -> None:
@@ -62,7 +70,7 @@ def drain_until(conn: Connection, condition, timeout: float = 10.0) -> None:
 
 def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
     """The consumer sends its take, then dies before reading the reply (the window in which
-    kombu's BRPOP loses a message): the message is in the unacked hash, and the restore
+    kombu's BRPOP loses a message): the message is in the unacked records, and the restore
     sweep puts it back on its queue."""
     with connect(visibility_timeout=1) as conn:
         publish(conn, {"n": 1})
@@ -74,15 +82,18 @@ def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
         conn.transport.cycle._register_BRPOP(channel)  # sends the take on the consuming connection
         wait_until(lambda: db.llen("broker-test") == 0)
         channel.client.connection.disconnect()  # "dies": the reply is never read
-        [tag] = db.hkeys("unacked")
-        assert db.zscore("unacked_index", tag) is not None
-        record = db.hget("unacked", tag)
-        assert '"broker-test"' in record and tag in record
+        [member] = db.zrange(UNACKED_RECORDS_KEY, 0, -1)
+        assert not db.exists("unacked", "unacked_index")  # one record, in the set only
+        tag, record = parse_member(member)
+        message, exchange, routing_key = json.loads(record)
+        assert message["properties"]["delivery_tag"] == tag
+        assert (exchange, routing_key) == ("broker-test", "broker-test")
 
         # A sweep after the visibility timeout brings it back, unchanged.
-        wait_until(lambda: time.time() - db.zscore("unacked_index", tag) > 1.0, timeout=5)
+        wait_until(lambda: time.time() - db.zscore(UNACKED_RECORDS_KEY, member) > 1.0,
+                   timeout=5)
         channel.qos.restore_visible(num=10, interval=1)
-        assert db.llen("broker-test") == 1 and db.hlen("unacked") == 0
+        assert db.llen("broker-test") == 1 and held_count(db) == 0
 
     with connect() as conn:
         got = []
@@ -267,14 +278,15 @@ def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
     consume = load_script("consume")
 
     def take() -> list:
-        return db.eval(consume, 9, "unacked", "unacked_index", *SCHEDULE_KEYS, WAKE_KEY,
+        return db.eval(consume, 8, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY,
                        "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1)
 
     assert take()[:2] == ["message", "broker-test"]  # first-1: no trim
     assert db.llen(DOORBELL) == 1500
     assert take()[:2] == ["message", "broker-test"]  # second-0
     assert db.llen(DOORBELL) == 1000
-    assert sorted(db.hkeys("unacked")) == ["first-1", "second-0"]
+    assert sorted(parse_member(m)[0] for m in db.zrange(UNACKED_RECORDS_KEY, 0, -1)) == [
+        "first-1", "second-0"]
     take()
     assert take()[0] == "empty" and not db.exists(DOORBELL)
 
@@ -315,3 +327,135 @@ def test_a_batched_publish_leaves_a_token_per_message(db):
             for n in range(3):
                 producer.publish({"n": n}, declare=[QUEUE])
         assert db.llen("broker-test") == 3 and db.llen(DOORBELL) == 3
+
+
+# -- the unacked records (hookline/unacked.py) -------------------------------------------------
+
+@pytest.mark.parametrize("tag", ["3b0c8a0e-6f5e-4d1c-9f0a-5b7c2d1e9a40", 'a"quote', "x/y\\z",
+                                 "caf\u00e9 \u2603", "[not a record]", ""])
+def test_a_member_gives_back_its_tag_and_record_whatever_the_tag(db, tag):
+    """The member consume.lua writes and the one :func:`record_member` builds agree, and
+    parse back to the tag and kombu's record, for tags with quotes, slashes, non-ASCII."""
+    message = json.loads(envelope(tag))
+    item = json.dumps(message)
+    db.lpush("broker-test", item)
+    reply = db.eval(load_script("consume"), 8, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY,
+                    "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1)
+    member = reply[2]
+    assert db.zrange(UNACKED_RECORDS_KEY, 0, -1) == [member]
+    parsed_tag, record = parse_member(member)
+    assert parsed_tag == tag
+    assert json.loads(record) == [message, "broker-test", "broker-test"]
+    assert parse_member(record_member(tag, item, "broker-test", "broker-test")) == (tag, record)
+    assert parse_member(tag) is None  # a bare tag of kombu's index is not a member
+
+
+def test_the_acknowledgement_removes_the_member_with_one_command(private_redis):
+    url, client = private_redis
+    with connect_to(url) as conn:
+        publish(conn, {"n": 1})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            conn.drain_events(timeout=5)
+            assert client.zcard(UNACKED_RECORDS_KEY) == 1
+            client.config_resetstat()
+            held[0].ack()
+            calls = {name: int(v["calls"]) for name, v in
+                     client.info("commandstats").items()}
+        assert client.zcard(UNACKED_RECORDS_KEY) == 0 and not client.exists("unacked")
+        assert calls.get("cmdstat_zrem") == 1 and "cmdstat_hdel" not in calls
+        assert "cmdstat_multi" not in calls
+
+
+def old_worker_holds(db: redis.Redis, tag: str, taken_at: float) -> None:
+    """A message taken by a worker of the previous version (or kombu's stock transport): its
+    record in kombu's hash, its tag in kombu's index."""
+    db.hset("unacked", tag, json.dumps([json.loads(envelope(tag)), "broker-test",
+                                        "broker-test"]))
+    db.zadd("unacked_index", {tag: taken_at})
+
+
+def test_the_sweep_restores_records_of_kombus_layout_only_once_overdue(db):
+    """A rolling upgrade: an earlier worker's records (hash + index) are restored by the new
+    sweep as kombu's would, once past the visibility timeout, and not before: the earlier
+    worker may still hold them, and acknowledges them its own way (HDEL + ZREM by tag)."""
+    old_worker_holds(db, "overdue-1", time.time() - 120)
+    old_worker_holds(db, "held-1", time.time())
+    old_worker_holds(db, "acked-1", time.time())
+    with connect(visibility_timeout=60) as conn:
+        channel = conn.default_channel
+        QUEUE(channel).declare()  # its binding: where kombu's restore pushes
+        channel.qos.restore_visible(num=10, interval=1)
+        [restored] = [json.loads(item) for item in db.lrange("broker-test", 0, -1)]
+        assert restored["properties"]["delivery_tag"] == "overdue-1"
+        assert restored["headers"]["redelivered"] is True
+        assert db.llen(DOORBELL) == 1  # it rings, as this transport's restores do
+        assert sorted(db.hkeys("unacked")) == ["acked-1", "held-1"]
+        assert db.zcard("unacked_index") == 2
+    # The earlier worker acknowledges its own.
+    db.pipeline(transaction=False).hdel("unacked", "acked-1").zrem("unacked_index",
+                                                                   "acked-1").execute()
+    assert db.hkeys("unacked") == ["held-1"]
+
+
+def test_the_sweep_restores_an_overdue_member_once_and_leaves_a_fresh_one(db):
+    """Two records of the new layout written by a worker that then died: the overdue one
+    goes back on its queue (and rings), the other stays until it is overdue too; a second
+    sweep restores nothing twice."""
+    fresh = record_member("fresh-1", envelope("fresh-1"), "broker-test", "broker-test")
+    overdue = record_member("late-1", envelope("late-1"), "broker-test", "broker-test")
+    db.zadd(UNACKED_RECORDS_KEY, {fresh: time.time(), overdue: time.time() - 120})
+    with connect(visibility_timeout=60) as conn:
+        channel = conn.default_channel
+        QUEUE(channel).declare()  # its binding: where kombu's restore pushes
+        channel.qos.restore_visible(num=10, interval=1)
+        channel.qos.restore_visible(num=10, interval=1)
+    [restored] = [json.loads(item) for item in db.lrange("broker-test", 0, -1)]
+    assert restored["properties"]["delivery_tag"] == "late-1"
+    assert restored["properties"]["delivery_info"]["redelivered"] is True
+    assert db.zrange(UNACKED_RECORDS_KEY, 0, -1) == [fresh]
+    assert db.llen(DOORBELL) == 1
+
+
+def test_a_member_acknowledged_meanwhile_is_not_restored(db):
+    """The sweep's push happens only if the member is still there (restore.lua): a worker
+    that acknowledged it first wins."""
+    member = record_member("gone-1", envelope("gone-1"), "broker-test", "broker-test")
+    with connect(visibility_timeout=60) as conn:
+        channel = conn.default_channel
+        QUEUE(channel).declare()  # its binding: where kombu's restore pushes
+        with channel.conn_or_acquire() as client:
+            assert channel.qos.restore_member(client, member) is False
+    assert db.llen("broker-test") == 0 and not db.exists(DOORBELL)
+
+
+def test_held_messages_go_back_at_close_and_count_in_both_layouts(db):
+    """A consumer closing with messages it never acknowledged puts them back (kombu's
+    restore at shutdown, one script call each); the readers' count sees both layouts."""
+    old_worker_holds(db, "old-1", time.time())
+    with connect() as conn:
+        publish(conn, {"n": 1})
+        publish(conn, {"n": 2})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(body)]):
+            drain_until(conn, lambda: len(held) == 2)
+            assert db.zcard(UNACKED_RECORDS_KEY) == 2
+            assert held_count(db) == 3 and len(held_messages(db)) == 3
+    assert db.zcard(UNACKED_RECORDS_KEY) == 0 and db.llen("broker-test") == 2
+    assert held_count(db) == 1  # the earlier worker's, its own to acknowledge
+
+
+def test_with_a_global_keyprefix_the_records_and_the_sweep_are_kombus(db):
+    """A ``global_keyprefix`` turns this transport back into kombu's BRPOP: the record is
+    kombu's (prefixed hash and index) and the sweep is kombu's, which restores it."""
+    with connect(global_keyprefix="pfx:", visibility_timeout=1) as conn:
+        publish(conn, {"n": 1})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            drain_until(conn, lambda: held)
+            assert db.hlen("pfx:unacked") == 1 and not db.exists(UNACKED_RECORDS_KEY)
+            channel = conn.default_channel
+            channel.qos._delivered.clear()  # as if this worker had died: no restore at close
+            time.sleep(1.2)
+            channel.qos.restore_visible(num=10, interval=1)
+        assert db.llen("pfx:broker-test") == 1 and db.hlen("pfx:unacked") == 0

@@ -52,6 +52,9 @@ def test_policy_variables_are_read():
         ({"HOOKLINE_METRICS_ADDRESS": "999.1.1.1"}, "HOOKLINE_METRICS_ADDRESS"),
         ({"HOOKLINE_METRICS_MAX_ENDPOINTS": "-1"}, "HOOKLINE_METRICS_MAX_ENDPOINTS"),
         ({"HOOKLINE_METRICS_MAX_ENDPOINTS": "many"}, "HOOKLINE_METRICS_MAX_ENDPOINTS"),
+        ({"HOOKLINE_EVENTS_FLUSH_INTERVAL": "-0.1"}, "HOOKLINE_EVENTS_FLUSH_INTERVAL"),
+        ({"HOOKLINE_EVENTS_FLUSH_INTERVAL": "60"}, "HOOKLINE_EVENTS_FLUSH_INTERVAL"),
+        ({"HOOKLINE_EVENTS_FLUSH_INTERVAL": "soon"}, "HOOKLINE_EVENTS_FLUSH_INTERVAL"),
     ],
 )
 def test_bad_setting_is_refused_with_its_name(env, named):
@@ -78,3 +81,20 @@ def test_a_bad_redis_url_names_the_variable_it_came_from():
         load_settings({"HOOKLINE_REDIS_URL": "http://x", "REDIS_URL": "redis://ok:1/0"})
     with pytest.raises(ConfigError, match="REDIS_URL='http://x'"):
         load_settings({"REDIS_URL": "http://x"})
+
+
+def test_task_events_are_gathered_a_tenth_of_a_second_unless_told_otherwise():
+    assert load_settings({}).events_flush_interval == 0.1
+    assert load_settings({"HOOKLINE_EVENTS_FLUSH_INTERVAL": "0"}).events_flush_interval == 0
+
+
+def test_publishers_send_task_sent_only_when_asked():
+    from hookline.celeryconfig import broker_settings
+
+    assert broker_settings(load_settings({}))["task_send_sent_event"] is False
+    asked = load_settings({"HOOKLINE_TASK_SENT_EVENTS": "true"})
+    assert asked.task_sent_events is True
+    assert broker_settings(asked)["task_send_sent_event"] is True
+    rabbit = load_settings({"HOOKLINE_TASK_SENT_EVENTS": "1",
+                            "HOOKLINE_BROKER_URL": "pyamqp://guest@127.0.0.1//"})
+    assert broker_settings(rabbit)["task_send_sent_event"] is True

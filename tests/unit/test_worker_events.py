@@ -53,3 +53,51 @@ def test_an_event_sent_during_a_publish_is_published_next_in_order() -> None:
 
 def test_the_worker_app_uses_it() -> None:
     assert issubclass(worker_app.events.Dispatcher, EventDispatcher)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.published: list[list[str]] = []
+
+    def publish(self, body: Any, **_: Any) -> None:
+        events = body if isinstance(body, list) else [body]
+        self.published.append([f"{e['type']}:{e['uuid']}" for e in events])
+
+
+def test_a_flush_from_send_publishes_only_a_full_buffer() -> None:
+    """Pool threads whose event filled the buffer all flush; those that got the lock after
+    the first published it find one or two events, which the timer publishes instead of a
+    message each."""
+    from hookline.worker import events
+
+    app = Celery("t", set_as_current=False, broker="memory://", events=EVENTS_CLASS)
+    with app.connection_for_write() as connection:
+        dispatcher = app.events.Dispatcher(connection, hostname="t@h", buffer_group=["task"],
+                                           buffer_limit=3)
+        dispatcher.producer = producer = Recorder()
+        dispatcher.send("task-started", uuid="a")
+        events._sending.active = True  # as in a send that reached the limit meanwhile
+        try:
+            dispatcher.flush()
+        finally:
+            events._sending.active = False
+        assert producer.published == []
+        dispatcher.send("task-started", uuid="b")
+        dispatcher.send("task-started", uuid="c")  # the limit: published from send
+        assert producer.published == [["task-started:a", "task-started:b", "task-started:c"]]
+        dispatcher.send("task-succeeded", uuid="a")
+        dispatcher.flush()  # the timer's: whatever there is
+        assert producer.published[-1] == ["task-succeeded:a"]
+
+
+def test_a_dispatcher_replaced_after_a_reconnect_hands_on_its_buffered_events() -> None:
+    app = Celery("t", set_as_current=False, broker="memory://", events=EVENTS_CLASS)
+    with app.connection_for_write() as connection:
+        old = app.events.Dispatcher(connection, hostname="t@h", buffer_group=["task"])
+        old.send("task-started", uuid="a")
+        new = app.events.Dispatcher(connection, hostname="t@h", buffer_group=["task"])
+        new.producer = producer = Recorder()
+        new.extend_buffer(old)
+        new.flush()
+        assert producer.published == [["task-started:a"]]
+        assert not old._group_buffer["task"]

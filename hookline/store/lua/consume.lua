@@ -1,8 +1,14 @@
 -- Take the next message off the broker's queues and record it as unacknowledged in the same
 -- atomic step. kombu's Redis transport pops with BRPOP and records the message in a second
 -- round trip: a worker killed between the two (or a reply lost in flight) loses the message.
--- Here a message is never off its list without being in the unacked hash, so a worker that
+-- Here a message is never off its list without being in the unacked records, so a worker that
 -- dies at any point leaves it to be restored after the visibility timeout.
+--
+-- The unacked record is one member of a sorted set, scored with the time taken: the delivery
+-- tag as a JSON string, then kombu's record [message, exchange, routing key] (one ZADD; kombu
+-- keeps the record in a hash and the tag in an index, two writes and two removals). The
+-- caller keeps the member to remove it on the acknowledgement (ZREM); the restore sweep reads
+-- the message back out of it (hookline/broker.py, unacked.py).
 --
 -- Held endpoints (when ARGV[2] is '1': Hookline's state lives in this Redis): a delivery whose
 -- endpoint is held (circuit open, half-open probe in flight, Retry-After block: the rule
@@ -16,19 +22,18 @@
 -- a message for another endpoint stops the call with 'need', and the caller calls again with
 -- that endpoint's keys added. At a schedule cap the message goes to a worker, which
 -- dead-letters it as usual.
--- KEYS[1]      the unacked hash (delivery tag -> [message, exchange, routing key])
--- KEYS[2]      the unacked index (sorted set: delivery tag -> time taken)
--- KEYS[3..7]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
--- KEYS[8..7+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
+-- KEYS[1]      the unacked records (sorted set: tag + record -> time taken)
+-- KEYS[2..6]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
+-- KEYS[7..6+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
 --              Q = ARGV[6]
--- KEYS[8+Q..7+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
+-- KEYS[7+Q..6+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
 --              priority lists share one): a list of wake-up tokens, one pushed with every
 --              message; idle consumers block on their queues' doorbells (one token wakes one
 --              consumer). Emptied here when every queue is empty, so a token left there is
 --              for a message pushed after this call; a queue's is trimmed to 1,000 on about
 --              every 16th message taken from it (producers push, nobody pops while every
 --              consumer is busy).
--- KEYS[8+2Q...] per endpoint of ARGV[7...], in that order: its breaker hash
+-- KEYS[7+2Q...] per endpoint of ARGV[7...], in that order: its breaker hash
 --              (hookline:{ep}:breaker), then its schedule index
 --              (hookline:{schedule}:by_endpoint:<ep>)
 -- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
@@ -37,7 +42,8 @@
 -- ARGV[5]      most deliveries to park in one call
 -- ARGV[6]      Q, how many queue lists follow the schedule keys
 -- ARGV[7...]   endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
--- Returns      {'message', list key, message, parked...} on success;
+-- Returns      {'message', list key, unacked member, parked...} on success (the member holds
+--                the message: see above);
 --              {'bad', list key, item, parked...} for an item that is not a kombu message: it
 --                stays on its list until the caller has kept it in the dead-letter queue and
 --                removed it;
@@ -56,10 +62,10 @@ local park_held = ARGV[2] == '1'
 local parked = {}
 local now_ms = nil
 local queues = tonumber(ARGV[6])
-local first_queue = 8
-local last_queue = 7 + queues
-local schedule = {due = KEYS[3], messages = KEYS[4], meta = KEYS[5], counts = KEYS[6],
-                  wake = KEYS[7]}
+local first_queue = 7
+local last_queue = 6 + queues
+local schedule = {due = KEYS[2], messages = KEYS[3], meta = KEYS[4], counts = KEYS[5],
+                  wake = KEYS[6]}
 -- queue list key -> its doorbell
 local doorbells = {}
 for i = first_queue, last_queue do
@@ -173,15 +179,15 @@ while true do
     end
   else
     -- Not held, or the schedule is at a cap: a worker takes it.
-    -- The same record kombu's QoS.append writes: [raw message, exchange, routing key].
-    local record = '[' .. item .. ',' .. cjson.encode(tostring(info['exchange'] or '')) ..
-      ',' .. cjson.encode(tostring(info['routing_key'] or '')) .. ']'
-    redis.call('HSET', KEYS[1], tag, record)
-    redis.call('ZADD', KEYS[2], ARGV[1], tag)
+    -- The tag, then the record kombu's QoS.append writes: [raw message, exchange, routing key].
+    local member = cjson.encode(tag) .. '[' .. item .. ',' ..
+      cjson.encode(tostring(info['exchange'] or '')) .. ',' ..
+      cjson.encode(tostring(info['routing_key'] or '')) .. ']'
+    redis.call('ZADD', KEYS[1], ARGV[1], member)
     if string.sub(tag, -1) == '0' then
       redis.call('LTRIM', doorbells[key], 0, 999)
     end
-    return reply('message', key, item)
+    return reply('message', key, member)
   end
 end
 redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))

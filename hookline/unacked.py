@@ -1,0 +1,261 @@
+"""The unacknowledged messages of Hookline's Redis broker: one sorted set, one command each way.
+
+kombu records a message a worker holds twice: the record ``[message, exchange, routing key]``
+in the ``unacked`` hash under its delivery tag, and the tag in the ``unacked_index`` sorted set
+scored with the time it was taken (two writes on consume, two removals on the acknowledgement).
+Here the record lives in the sorted set's member itself (:func:`record_member`), in a sorted
+set of its own, ``<unacked_key>_records`` (``unacked_records``): consume.lua writes it with one
+ZADD in the step that takes the message, the worker keeps the member it returned and the
+acknowledgement removes it with one ZREM (:class:`QoS`).
+
+**The sweep.** kombu's visibility-timeout sweep (``restore_visible``) is replaced by one that,
+under kombu's mutex and at the same period, restores the overdue members of the records set
+(``restore.lua``: push back where kombu would and ring the doorbell, only if the member is
+still there) and then, exactly as kombu does, the overdue tags of kombu's index and hash.
+
+**Rolling upgrades and mixed fleets.** Records written by a worker of an earlier Hookline
+version or by kombu's stock transport stay in kombu's hash and index and are acknowledged by
+whoever holds them (HDEL + ZREM by tag); the new sweep restores them only once overdue, with
+kombu's own code. The records set is a key of its own, not kombu's index, because a worker
+running kombu's sweep (an earlier version, the stock transport) would take a member of the
+index for a tag without a hash record and drop it without restoring the message; it never
+reads this set. A fleet still running such workers restores a dead new worker's messages only
+through its new workers' sweeps.
+
+Readers (``bench/``, tests, an operator) count both: :func:`held_count`, :func:`held_messages`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from time import time
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+from redis.exceptions import NoScriptError, RedisError
+
+from hookline.delivery.retries import dead_letter_text
+from hookline.store.connection import load_script
+from hookline.store.keys import doorbell_key
+
+logger = logging.getLogger("hookline")
+
+#: kombu's default ``unacked_key`` (its hash of records) and ``unacked_index_key``.
+KOMBU_UNACKED_KEY = "unacked"
+KOMBU_UNACKED_INDEX_KEY = "unacked_index"
+#: The records set of a channel whose ``unacked_key`` is kombu's default.
+UNACKED_RECORDS_KEY = f"{KOMBU_UNACKED_KEY}_records"
+
+#: Seconds between kombu 5.6's calls of the visibility-timeout sweep (fixed there; kombu 5.7
+#: takes ``unacked_restore_interval``). See :meth:`QoS.restore_visible`.
+_KOMBU_SWEEP_CALL_PERIOD = 10
+
+_RESTORE = load_script("restore")
+_RESTORE_SHA = hashlib.sha1(_RESTORE.encode()).hexdigest()
+_TAG = json.JSONDecoder()
+
+
+def records_key(unacked_key: str) -> str:
+    """The records set beside kombu's hash ``unacked_key`` (a transport option)."""
+    return f"{unacked_key}_records"
+
+
+def record_member(tag: str, message: str, exchange: str, routing_key: str) -> str:
+    """The member consume.lua writes: the delivery tag as a JSON string, then kombu's record
+    ``[message, exchange, routing key]`` (``message``: the raw JSON envelope). A JSON string
+    ends at its first unescaped quote, so no tag can run into the record."""
+    return json.dumps(tag) + f"[{message},{json.dumps(exchange)},{json.dumps(routing_key)}]"
+
+
+def parse_member(member: str | bytes) -> tuple[str, str] | None:
+    """``(delivery tag, record JSON)`` of a records-set member; None for anything else (a
+    bare tag of kombu's index, garbage)."""
+    text = bytes_to_str(member)
+    if not text.startswith('"'):
+        return None
+    try:
+        tag, end = _TAG.raw_decode(text)
+    except ValueError:
+        return None
+    if not isinstance(tag, str) or not text.startswith("[", end):
+        return None
+    return tag, text[end:]
+
+
+def held_count(client: Any, unacked_key: str = KOMBU_UNACKED_KEY) -> int:
+    """Messages workers hold unacknowledged, in either layout (``client``: the broker's)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(records_key(unacked_key))
+    pipe.hlen(unacked_key)
+    return sum(int(count) for count in pipe.execute())
+
+
+def held_messages(client: Any, unacked_key: str = KOMBU_UNACKED_KEY) -> list[str]:
+    """The raw records (``[message, exchange, routing key]`` JSON) of those messages."""
+    records = [parsed[1] for member in client.zrange(records_key(unacked_key), 0, -1)
+               if (parsed := parse_member(member)) is not None]
+    return records + [bytes_to_str(record) for record in client.hvals(unacked_key)]
+
+
+class QoS(kombu_redis.QoS):
+    """kombu's Redis QoS with the records set (module docstring). A message recorded by
+    consume.lua is known by its member (:attr:`_members`); one recorded by kombu's own
+    ``append`` (the transport's BRPOP fallback with a ``global_keyprefix``) keeps kombu's
+    layout and code throughout."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Records-set members of the messages this channel holds, by delivery tag.
+        self._members: dict[str, bytes] = {}
+
+    @property
+    def records_key(self) -> str:
+        return records_key(self.channel.unacked_key)
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        recorded = getattr(self.channel, "_recorded", None)
+        member = recorded.pop(delivery_tag, None) if recorded else None
+        if member is not None:
+            # consume.lua already wrote the record: only the in-memory bookkeeping.
+            self._members[delivery_tag] = member
+            virtual.QoS.append(self, message, delivery_tag)
+            return
+        super().append(message, delivery_tag)
+
+    def remove_record(self, member: bytes) -> Any:
+        """A pipeline (to ``execute()``) removing one records-set member."""
+        with self.channel.conn_or_acquire() as client:
+            return client.pipeline(transaction=False).zrem(self.records_key, member)
+
+    def _remove_from_indices(self, delivery_tag: str, pipe: Any = None) -> Any:
+        """The acknowledgement's removal of the record: one ZREM of its member. A record in
+        kombu's layout is removed in one round trip without kombu's MULTI/EXEC, the hash
+        entry first: a client dying between the two leaves an index entry without a record,
+        which the sweep drops (kombu's ``restore_by_tag``), never a record no sweep would
+        find. Inside kombu's restore transaction (``pipe`` given) its own order stands."""
+        if pipe is not None:
+            return super()._remove_from_indices(delivery_tag, pipe)
+        member = self._members.pop(delivery_tag, None)
+        if member is not None:
+            return self.remove_record(member)
+        with self.channel.conn_or_acquire() as client:
+            return (client.pipeline(transaction=False)
+                    .hdel(self.unacked_key, delivery_tag)
+                    .zrem(self.unacked_index_key, delivery_tag))
+
+    def restore_by_tag(self, tag: Any, client: Any = None, leftmost: bool = False) -> None:
+        """Put one message this channel holds back on its queue (a reject with requeue, the
+        restore at close); kombu's transaction for a record in kombu's layout."""
+        member = self._members.get(bytes_to_str(tag))
+        if member is None:
+            super().restore_by_tag(tag, client, leftmost)
+            return
+        with self.channel.conn_or_acquire(client) as conn:
+            self.restore_member(conn, member, leftmost=leftmost)
+        self._members.pop(bytes_to_str(tag), None)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """Put this channel's unacknowledged messages back on their queues (on close).
+
+        When the channel closes because Redis went away this fails (see
+        ``Channel._create_client``); the messages are still recorded, so leaving them there
+        loses nothing: the sweep puts them back after the visibility timeout. Swallowed here
+        so that the rest of the channel's close still runs."""
+        self._flush()  # acknowledged meanwhile: nothing to restore (kombu's would look)
+        try:
+            super().restore_unacked(client)
+        except RedisError as exc:
+            logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
+                           "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
+            self._delivered.clear()
+        self._members.clear()
+
+    def restore_visible(self, start: int = 0, num: int | None = 10,
+                        interval: int | None = None) -> None:
+        """The visibility-timeout sweep: the overdue records of dead workers (and of live ones
+        holding a message longer than the timeout) back on their queues, both layouts.
+
+        kombu 5.7 passes ``interval`` (its ``unacked_restore_throttle``) and calls the sweep
+        every ``unacked_restore_interval`` seconds. kombu 5.6 knows neither option: it calls
+        the sweep every 10 s, and its own scanned Redis on every tenth call, so a dead
+        worker's messages would come back only after up to ~100 s plus the visibility
+        timeout. Without ``interval`` this scans on every Nth call, N making the same period
+        from the two options (at least every call, i.e. every 10 s).
+
+        With a ``global_keyprefix`` (kombu's BRPOP and records, see hookline/broker.py) this
+        is kombu's own sweep, at that period."""
+        if interval is None:
+            options = self.channel.connection.client.transport_options
+            period = (options.get("unacked_restore_interval", 10)
+                      * options.get("unacked_restore_throttle", 10))
+            interval = max(1, round(period / _KOMBU_SWEEP_CALL_PERIOD))
+        if self.channel.global_keyprefix:
+            super().restore_visible(start, num, interval)
+            return
+        self._vrestore_count += 1
+        if (self._vrestore_count - 1) % (interval or 1):
+            return
+        with self.channel.conn_or_acquire() as client:
+            ceil = time() - self.visibility_timeout
+            window = {"start": start, "num": num} if num else {}
+            try:
+                with kombu_redis.Mutex(client, self.unacked_mutex_key,
+                                       self.unacked_mutex_expire):
+                    for member in client.zrangebyscore(self.records_key, 0, ceil, **window):
+                        self.restore_member(client, member)
+                    # kombu's layout (earlier workers, the stock transport): kombu's code.
+                    for tag in client.zrangebyscore(self.unacked_index_key, 0, ceil, **window):
+                        kombu_redis.QoS.restore_by_tag(self, tag, client)
+            except kombu_redis.MutexHeld:
+                pass
+
+    def restore_member(self, client: Any, member: bytes | str, *, leftmost: bool = False
+                       ) -> bool:
+        """Push the message of records-set ``member`` back where kombu's restore would (marked
+        redelivered; ``leftmost``: taken last, kombu's reject with requeue) and ring its
+        queue's doorbell, removing the member in the same step; nothing if another client
+        removed it first. Returns whether it was restored."""
+        parsed = parse_member(member)
+        try:
+            if parsed is None:
+                raise ValueError("not a records-set member")
+            payload, exchange, routing_key = loads(parsed[1])
+        except (ValueError, TypeError) as exc:
+            return self._drop_unreadable(client, member, exc)
+        channel = self.channel
+        try:
+            payload["headers"]["redelivered"] = True
+            payload["properties"]["delivery_info"]["redelivered"] = True
+        except (KeyError, TypeError):
+            pass
+        try:
+            queues = channel._lookup(exchange, routing_key)
+        except channel.connection_errors:
+            raise
+        except Exception:  # kombu's restore: logged, and the record removed all the same
+            logger.critical("Could not restore message: %r", payload, exc_info=True)
+            queues = []
+        priority = channel._get_message_priority(payload, reverse=False)
+        keys = [self.records_key]
+        for queue in queues:
+            keys += [channel._q_for_pri(queue, priority), doorbell_key(queue)]
+        args = [member, dumps(payload), "LPUSH" if leftmost else "RPUSH"]
+        try:
+            restored = client.evalsha(_RESTORE_SHA, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(_RESTORE)
+            restored = client.evalsha(_RESTORE_SHA, len(keys), *keys, *args)
+        return bool(restored)
+
+    def _drop_unreadable(self, client: Any, member: bytes | str, exc: Exception) -> bool:
+        """A member that holds no message (written by hand): kept in the dead-letter queue,
+        then removed, instead of failing every sweep."""
+        text = bytes_to_str(member)
+        if dead_letter_text(text, f"an unacked record that is not a kombu message: {exc}"):
+            client.zrem(self.records_key, member)
+        return False
