@@ -67,6 +67,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.redis_cost
 	$(BIN)/python -m bench.budget
+	$(BIN)/python -m bench.processes
 	$(BIN)/python -m bench.gates
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.scale
