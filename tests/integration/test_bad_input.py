@@ -252,8 +252,14 @@ def test_a_dead_letter_log_line_cannot_be_forged(endpoint, worker):
     forged = "evt\n2026-01-01 INFO delivery.succeeded endpoint_id=victim"
     deliver.delay(endpoint.id, "order.created", {}, forged)
     wait_until(lambda: event_show(forged))
-    lines = [line for line in worker.output().splitlines() if "delivery.succeeded" in line
-             and "victim" in line]
+
+    def forged_lines() -> list[str]:
+        return [line for line in worker.output().splitlines() if "delivery.succeeded" in line
+                and "victim" in line]
+
+    # The log line follows the dead letter's write: wait for it rather than read once.
+    wait_until(forged_lines, timeout=10)
+    lines = forged_lines()
     assert lines and all("delivery.dead_lettered" in line for line in lines), lines
 
 
