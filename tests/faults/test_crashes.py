@@ -89,7 +89,9 @@ def test_scheduled_retries_survive_a_redis_restart(tmp_path, receiver, start_wor
     try:
         endpoint = EndpointRegistry(client).add(
             "restart", receiver.route("/restart", fail_first(1, Reply(503))),
-            retry_policy={"initial_backoff": 4, "max_backoff": 4, "jitter": 0})
+            # Long enough that all 20 are parked well before the first is due, even on a
+            # loaded machine: the check below is of a schedule not yet released.
+            retry_policy={"initial_backoff": 10, "max_backoff": 10, "jitter": 0})
         start_worker("restart", concurrency=8,
                      extra_env={"REDIS_URL": server.url, **CRASH_ENV})
         event_ids = enqueue(client, endpoint.id, 20)
@@ -98,7 +100,7 @@ def test_scheduled_retries_survive_a_redis_restart(tmp_path, receiver, start_wor
         server.shutdown()  # AOF on: the schedule is on disk
         client = server.start()
         assert RetrySchedule(client).stats().total in (20, 0)  # released already, or waiting
-        wait_until(lambda: delivered(client, endpoint.id, event_ids) == 20, timeout=40)
+        wait_until(lambda: delivered(client, endpoint.id, event_ids) == 20, timeout=60)
         assert Counter(r.webhook_id for r in receiver.received) == dict.fromkeys(event_ids, 2)
     finally:
         server.stop()
