@@ -99,7 +99,8 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     report: dict[str, Any] = {
         "at": round(time.time(), 3),
         "endpoints": {"total": len(endpoints), "enabled": enabled,
-                      "disabled": len(endpoints) - enabled},
+                      "disabled": len(endpoints) - enabled,
+                      "paused": sorted(item.id for item in endpoints if item.paused)},
         "queues": queue_depths(),
         "schedule": schedule_json(scheduled),
         "dead_letters": {"total": dead_letters.total, "by_reason": dead_letters.by_reason,
@@ -110,7 +111,9 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     oldest = format_time(dead_letters.oldest)
     rows: list[tuple[str, Any]] = [
         ("endpoints", f"{len(endpoints)} ({enabled} enabled, {len(endpoints) - enabled} "
-                      "disabled)"),
+                      f"disabled, {len(report['endpoints']['paused'])} paused)"),
+        *_named([(f"  {endpoint_id}", "paused") for endpoint_id in
+                 report["endpoints"]["paused"]]),
         *((f"queue {name}", depth) for name, depth in report["queues"].items()),
         *schedule_rows(scheduled, retry_schedule),
         ("dead letters", f"{dead_letters.total}" + (f", oldest {oldest}" if oldest else "")),

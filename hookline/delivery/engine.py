@@ -89,7 +89,7 @@ class Deferred:
 
 
 #: Deferral reasons that hold the whole endpoint, not one event.
-ENDPOINT_HOLDS = frozenset({"breaker_open", "breaker_probe", "blocked"})
+ENDPOINT_HOLDS = frozenset({"paused", "breaker_open", "breaker_probe", "blocked"})
 #: Longest a half-open breaker's probe is taken to hold the endpoint before looking again.
 PROBE_LOOK = 2.0
 
@@ -117,6 +117,8 @@ def hold_countdown(reason: str, wait: float, rng: random.Random | None = None) -
     """How long an event for an endpoint held for ``wait`` more seconds waits (``reason``:
     breaker_open, breaker_probe or blocked), with jitter."""
     uniform = (rng or random).uniform
+    if reason == "paused":
+        return wait  # parked until resume, which restores their order: no jitter
     if reason == "breaker_probe":
         # The probe usually answers in well under its lease: look again soon.
         return min(wait, PROBE_LOOK) + uniform(0.1, 1.0)
@@ -297,7 +299,9 @@ class DeliveryEngine:
         if request.attempts >= policy.max_attempts:
             detail = f"attempt {request.attempts} of {policy.max_attempts}"
             return self._give_up(request, result, ended, detail)
-        if due - request.first_attempt_at > policy.max_age:
+        # Time the endpoint was paused does not count: a pause must not dead-letter events.
+        paused = endpoint.paused_seconds(request.first_attempt_at, ended)
+        if due - request.first_attempt_at - paused > policy.max_age:
             detail = f"next attempt would be past max_age ({policy.max_age:g}s)"
             return self._give_up(request, result, ended, detail)
         if request.deadline is not None and due >= request.deadline:

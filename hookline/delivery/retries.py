@@ -23,7 +23,7 @@ from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
 from hookline.store.schedule import RetrySchedule, build_message
 
 
@@ -127,6 +127,33 @@ def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
     saved = registry.disable(endpoint_id, reason)
     dead_letter_scheduled(endpoint_id, "endpoint_disabled")
     return saved
+
+
+def resume_endpoint(registry: EndpointRegistry, endpoint_id: str) -> tuple[Endpoint, int]:
+    """End an endpoint's pause: the deliveries parked for it become due now, at the moment
+    each was parked, so the releaser sends them in the order they came in, and the endpoint's
+    rate limit spaces them. Returns the endpoint and how many were made due.
+
+    The pause is lifted first, then the parked deliveries are brought forward: a delivery
+    released in between meets an endpoint that takes it."""
+    endpoint, since, now = registry.resume(endpoint_id)
+    if since is None:
+        return endpoint, 0
+    pause_ms = round(PAUSE_PARK * 1000)
+    # Parked for this pause: due a pause-park after a moment in it (a minute's margin for
+    # rounding); nothing else is parked that far ahead (PAUSE_PARK).
+    moved = RetrySchedule().make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
+                                     shift=pause_ms, now=now)
+    log_event("endpoint.resumed", endpoint_id=endpoint_id, released=moved,
+              paused_seconds=round((now - since) / 1000.0, 3))
+    return endpoint, moved
+
+
+def pause_endpoint(registry: EndpointRegistry, endpoint_id: str) -> Endpoint:
+    """Hold an endpoint's deliveries in the retry schedule until :func:`resume_endpoint`."""
+    paused = registry.pause(endpoint_id)
+    log_event("endpoint.paused", endpoint_id=endpoint_id)
+    return paused
 
 
 def remove_endpoint(registry: EndpointRegistry, endpoint_id: str) -> None:

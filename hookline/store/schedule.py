@@ -350,7 +350,9 @@ class RetrySchedule:
                 kept.append((retry_id, message))
                 continue
             delay = wait + random.uniform(0.1, min(1.0 + wait / 10, 5.0))
-            if why == "breaker_probe":
+            if why == "paused":
+                delay = wait  # no jitter: resume restores their order (piece_held.lua)
+            elif why == "breaker_probe":
                 delay = min(wait, PROBE_WAIT) + random.uniform(0.1, 1.0)
             delays += [retry_id, round(delay * 1000)]
         if delays:
@@ -434,6 +436,33 @@ class RetrySchedule:
                self.redis.hscan_iter(shard.meta, match=f"{glob_escaped(prefix)}*", count=PAGE)]
         for start in range(0, len(ids), PAGE):
             self.redis.sadd(index, *ids[start:start + PAGE])
+
+    def make_due(self, endpoint_id: str, *, parked_after: int, shift: int, now: int) -> int:
+        """Bring forward the endpoint's retries due at or after ``parked_after`` (ms of Redis
+        time) by ``shift`` ms, none later than ``now``: resume's step for the deliveries a
+        pause parked (due a pause-park after they were parked, so shifted back they are due at
+        the moment they were parked: in the past, in the order they came in). A retry released
+        or dropped meanwhile is left alone (ZADD XX). Returns how many were brought forward."""
+        self._complete_index(endpoint_id)
+        shard = self.shard_of(endpoint_id)
+        moved = 0
+        for page in _pages(iter(self.redis.sscan_iter(shard.by_endpoint(endpoint_id),
+                                                      count=PAGE))):
+            dues = self.redis.zmscore(shard.due, page)
+            changes = {retry_id: min(now, int(due) - shift)
+                       for retry_id, due in zip(page, dues, strict=True)
+                       if due is not None and due >= parked_after}
+            if not changes:
+                continue
+            self.redis.zadd(shard.due, changes, xx=True)
+            moved += len(changes)
+        if moved:
+            # Due before everything else now: wake a sleeping releaser (as park.lua does).
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.lpush(shard.wake, now)
+            pipe.ltrim(shard.wake, 0, 15)
+            pipe.execute()
+        return moved
 
     def unpark(self, retry_ids: list[str]) -> int:
         """Take retries out of the schedule (one script call per shard); returns how many

@@ -366,7 +366,7 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
         "oldest": dead_letters.get("shop/ev-old").dead_lettered_at}
     assert report["breakers"] == report["throttled"] == []
     text = succeeds("stats").stdout
-    assert "2 (1 enabled, 1 disabled)" in text
+    assert "2 (1 enabled, 1 disabled, 0 paused)" in text
     assert re.search(r"^dead letters: +5, oldest .*\(2h ago\)$", text, re.M)
     assert re.search(r"^  exhausted: +3$", text, re.M)
     assert "all closed, none blocked" in text
