@@ -90,7 +90,7 @@ class Endpoint:
     burst: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may be credentials
     paused_at: float | None = None
     pauses: tuple[tuple[float, float], ...] = ()
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from examples.receiver import Reply, always, fail_first
+from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.core import config
 from hookline.store.deadletter import DeadLetterQueue
