@@ -22,6 +22,7 @@ from hookline.core.event import (
 from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
+from hookline.delivery import operational
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
 from hookline.store.schedule import RetrySchedule, build_message
@@ -72,6 +73,10 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     )
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
+    if valid_id:
+        operational.report(operational.dead_lettered(
+            entry.endpoint_id, entry.event_id, entry.event_type, reason,
+            attempts=entry.attempts, first_attempt_at=entry.first_attempt_at))
     log_event("delivery.dead_lettered", level=level, endpoint_id=entry.endpoint_id,
               event_id=entry.event_id, reason=reason, error=type(exception).__name__)
 
@@ -115,6 +120,10 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
         from hookline.delivery import announce
 
         announce.dead_lettered((retry.task_id, reason) for retry in retries)
+        for retry in retries:
+            operational.report(operational.dead_lettered(
+                retry.endpoint_id, retry.event_id, retry.event_type, reason,
+                attempts=retry.attempts, first_attempt_at=retry.first_attempt_at))
     return len(retries)
 
 
@@ -124,7 +133,11 @@ def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
                      reason: str = "disabled by operator") -> Endpoint:
     """Stop all sends to an endpoint; its scheduled retries go to the dead-letter queue now
     (reason ``endpoint_disabled``), ready to replay once it is fixed."""
+    was = registry.require(endpoint_id)
     saved = registry.disable(endpoint_id, reason)
+    if was.enabled:
+        operational.report(operational.endpoint_disabled(
+            endpoint_id, reason="operator", detail=reason, since=saved.updated_at))
     dead_letter_scheduled(endpoint_id, "endpoint_disabled")
     return saved
 
