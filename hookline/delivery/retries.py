@@ -5,6 +5,7 @@ endpoint's scheduled retries to the dead-letter queue when it is gone, disabled 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -142,21 +143,34 @@ def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
     return saved
 
 
-def resume_endpoint(registry: EndpointRegistry, endpoint_id: str) -> tuple[Endpoint, int]:
+#: Seconds between resume's two passes over the schedule: the second one brings forward a
+#: delivery a worker parked for the pause just after the first (its admit saw the pause, its
+#: park came after the first pass).
+RESUME_GRACE = 1.0
+
+
+def resume_endpoint(registry: EndpointRegistry, endpoint_id: str, *,
+                    grace: float = RESUME_GRACE) -> tuple[Endpoint, int]:
     """End an endpoint's pause: the deliveries parked for it become due now, at the moment
     each was parked, so the releaser sends them in the order they came in, and the endpoint's
     rate limit spaces them. Returns the endpoint and how many were made due.
 
-    The pause is lifted first, then the parked deliveries are brought forward: a delivery
-    released in between meets an endpoint that takes it."""
+    The pause is lifted first, then the parked deliveries are brought forward (twice,
+    ``grace`` seconds apart): a delivery released in between meets an endpoint that takes
+    it."""
     endpoint, since, now = registry.resume(endpoint_id)
     if since is None:
         return endpoint, 0
     pause_ms = round(PAUSE_PARK * 1000)
+    schedule = RetrySchedule()
     # Parked for this pause: due a pause-park after a moment in it (a minute's margin for
     # rounding); nothing else is parked that far ahead (PAUSE_PARK).
-    moved = RetrySchedule().make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
-                                     shift=pause_ms, now=now)
+    moved = schedule.make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
+                              shift=pause_ms, now=now)
+    if grace > 0:
+        time.sleep(grace)
+        moved += schedule.make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
+                                   shift=pause_ms, now=now + round(grace * 1000))
     log_event("endpoint.resumed", endpoint_id=endpoint_id, released=moved,
               paused_seconds=round((now - since) / 1000.0, 3))
     return endpoint, moved

@@ -22,7 +22,6 @@ from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import emptied, isolated_url, wait_until
 from tests.support.cli import succeeds
-from tests.support.operational_hooks import recorded
 
 #: A database of its own, for a worker whose environment names the operator endpoint.
 URL = isolated_url(10)
@@ -36,6 +35,18 @@ def private() -> Iterator[redis.Redis]:
     yield client
     config.configure()
     emptied(URL).close()
+
+
+def recorded(kind: str) -> list[dict[str, Any]]:
+    """What tests/support/operational_hooks.py recorded in the worker (not imported here: its
+    callbacks would connect in this process too)."""
+    items = [json.loads(item) for item in config_client().lrange("hookline:test:operational",
+                                                                 0, -1)]
+    return [item for item in items if item["kind"] == kind]
+
+
+def config_client() -> redis.Redis:
+    return redis.Redis.from_url(URL, decode_responses=True)
 
 
 def operational_webhooks(receiver: Any, event_type: str) -> list[Any]:

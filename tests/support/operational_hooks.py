@@ -1,6 +1,6 @@
 """A host's operational-event receivers, as a worker imports them (``HOOKLINE_WORKER_IMPORTS``):
 each event is recorded in a Redis list the test reads, and one callback always raises (it must
-change nothing)."""
+change nothing). Imported by the worker only: importing it connects its callbacks."""
 
 from __future__ import annotations
 
@@ -26,7 +26,3 @@ def record(event: OperationalEvent) -> None:
 def broken(event: OperationalEvent) -> None:
     raise RuntimeError("a receiver with a bug")
 
-
-def recorded(kind: str | None = None) -> list[dict[str, object]]:
-    items = [json.loads(item) for item in store.client().lrange(RECORD_KEY, 0, -1)]
-    return [item for item in items if kind is None or item["kind"] == kind]
