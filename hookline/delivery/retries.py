@@ -5,6 +5,7 @@ endpoint's scheduled retries to the dead-letter queue when it is gone, disabled 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from typing import Any
@@ -23,6 +24,7 @@ from hookline.core.event import (
 from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
+from hookline.core.policy import parse_rate
 from hookline.delivery import operational
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
@@ -158,19 +160,24 @@ def resume_endpoint(registry: EndpointRegistry, endpoint_id: str, *,
     The pause is lifted first, then the parked deliveries are brought forward (twice,
     ``grace`` seconds apart): a delivery released in between meets an endpoint that takes
     it."""
-    endpoint, since, now = registry.resume(endpoint_id)
+    endpoint, since, now = registry.lift_pause(endpoint_id)
     if since is None:
         return endpoint, 0
     pause_ms = round(PAUSE_PARK * 1000)
     schedule = RetrySchedule()
+    # Rate-limited: one per rate interval (and a tenth, so an admission a little late does
+    # not make the next one early for the limiter, which would defer it behind a later one)
+    # from now, in order; otherwise all due now.
+    spacing = math.ceil(parse_rate(endpoint.rate) * 1100) if endpoint.rate else 0
     # Parked for this pause: due a pause-park after a moment in it (a minute's margin for
     # rounding); nothing else is parked that far ahead (PAUSE_PARK).
     moved = schedule.make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
-                              shift=pause_ms, now=now)
+                              shift=pause_ms, now=now, spacing=spacing)
     if grace > 0:
         time.sleep(grace)
         moved += schedule.make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
-                                   shift=pause_ms, now=now + round(grace * 1000))
+                                   shift=pause_ms, now=now + moved * spacing,
+                                   spacing=spacing)
     log_event("endpoint.resumed", endpoint_id=endpoint_id, released=moved,
               paused_seconds=round((now - since) / 1000.0, 3))
     return endpoint, moved

@@ -463,10 +463,11 @@ class EndpointRegistry:
         self._pause_script("pause", endpoint_id)
         return self.require(endpoint_id)
 
-    def resume(self, endpoint_id: str) -> tuple[Endpoint, int | None, int]:
-        """End a pause. Returns the endpoint, when the pause began (ms of Redis time; None if
-        it was not paused) and now (ms of Redis time). (``retries.resume_endpoint`` also makes
-        the deliveries parked for the pause due now.)"""
+    def lift_pause(self, endpoint_id: str) -> tuple[Endpoint, int | None, int]:
+        """End a pause in the registry only. Returns the endpoint, when the pause began (ms of
+        Redis time; None if it was not paused) and now (ms of Redis time). Resume with
+        ``hookline.delivery.retries.resume_endpoint``, which also makes the deliveries parked
+        for the pause due now: lifted here alone, they would wait out their month."""
         validate_endpoint_id(endpoint_id)
         reply = self._pause_script("resume", endpoint_id)
         since = int(reply[1]) if reply[1] else None
