@@ -222,7 +222,7 @@ def endpoint_list(as_json: bool) -> None:
         click.echo("no endpoints: add one with 'hookline endpoint add ID --url URL'")
         return
     echo_table(
-        ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],  # no headers
+        ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],
         [
             (item.id, shorten(redact.url(item.url)), _status(item), item.timeout, _rate(item),
              json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
