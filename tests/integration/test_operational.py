@@ -133,3 +133,25 @@ def test_a_410_fires_the_django_and_flask_signals_and_the_callbacks_in_process(r
     django_kwargs = next(kwargs for name, _, kwargs in heard if name == "django")
     assert django_kwargs["event"].kind == "endpoint_disabled"
     assert json.dumps(django_kwargs["event"].payload())  # what the webhook would carry
+
+
+def test_a_breaker_opening_and_closing_is_reported_as_failing_then_recovered(receiver):
+    EndpointRegistry().add("flaky-ops", receiver.route("/flaky", always(Reply(503))))
+    heard: list[operational.OperationalEvent] = []
+    operational.connect("*", heard.append)
+    engine = DeliveryEngine()
+    try:
+        for n in range(5):  # HOOKLINE_BREAKER_THRESHOLD=5 in the tests
+            engine.attempt(DeliveryRequest("flaky-ops", "order.created", {}, f"f-{n}"),
+                           token=f"t{n}")
+        assert [e.kind for e in heard] == ["endpoint_failing"]
+        assert heard[0].data == {"event_id": "f-4", "attempt": 1}
+        receiver.route("/flaky", always(Reply(204)))
+        # Once the cool-down is over the next attempt is the probe; it succeeds and closes.
+        wait_until(lambda: isinstance(engine.attempt(
+            DeliveryRequest("flaky-ops", "order.created", {}, "f-probe"), token="probe"),
+            Finished), timeout=10)
+    finally:
+        operational.disconnect("*", heard.append)
+    assert [e.kind for e in heard] == ["endpoint_failing", "endpoint_recovered"]
+    assert heard[1].data == {"event_id": "f-probe", "attempt": 1}
