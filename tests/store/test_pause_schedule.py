@@ -4,6 +4,8 @@ back only the deliveries parked for the pause, each to the moment it was parked,
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hookline.delivery.retries import pause_endpoint, resume_endpoint
 from hookline.store import keys
 from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
@@ -74,4 +76,5 @@ def test_a_rate_limited_endpoint_gets_them_back_one_per_rate_interval(quiet_redi
     _, moved = resume_endpoint(registry, "s-ep", grace=0)
     assert moved == 4
     dues = [int(quiet_redis.zscore(DUE_KEY, f"s-ep/held-{n}")) for n in range(4)]
-    assert [later - earlier for earlier, later in zip(dues, dues[1:])] == [275, 275, 275]  # 4/s, and a tenth
+    # 4/s, and a tenth
+    assert [later - earlier for earlier, later in pairwise(dues)] == [275] * 3
