@@ -83,7 +83,7 @@ def _send_signal(event: OperationalEvent) -> None:
                       error=type(exc).__name__)
 
 
-forward_operational(operational.connect, _send_signal)
+forward_operational(_send_signal, lambda kind: bool(SIGNALS[kind].receivers))
 #: Where a request keeps the events it publishes when it ends well.
 _PENDING = "_hookline_publications"
 

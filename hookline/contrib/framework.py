@@ -26,7 +26,7 @@ from hookline.core.event import (
     check_payload,
 )
 from hookline.core.logs import log_event
-from hookline.core.operational import KINDS, OperationalEvent
+from hookline.core.operational import KINDS, REGISTRY, OperationalEvent
 from hookline.enqueue import PreparedEvent, WebhookInputError, enqueue_prepared
 
 
@@ -126,8 +126,9 @@ def publish_logged(publication: Publication) -> None:
         raise
 
 
-def forward_operational(connect: Callable[[str, Callable[[OperationalEvent], Any]], Any],
-                        send: Callable[[OperationalEvent], Any]) -> None:
-    """Connect ``send`` (a framework's signal sender) to every kind of operational event."""
+def forward_operational(send: Callable[[OperationalEvent], Any],
+                        listening: Callable[[str], bool]) -> None:
+    """Connect ``send`` (a framework's signal sender) to every kind of operational event;
+    ``listening(kind)`` says whether the kind's signal has receivers now."""
     for kind in KINDS:
-        connect(kind, send)
+        REGISTRY.connect(kind, send, listening=listening)

@@ -95,20 +95,31 @@ class OperationalRegistry:
 
     def __init__(self) -> None:
         self._callbacks: dict[str, list[Callback]] = {kind: [] for kind in KINDS}
+        self._listening: dict[Callback, Callable[[str], bool]] = {}
         self._lock = threading.Lock()
 
-    def connect(self, kind: str, callback: Callback) -> Callback:
+    def connect(self, kind: str, callback: Callback, *,
+                listening: Callable[[str], bool] | None = None) -> Callback:
         """Call ``callback(event)`` for every operational event of ``kind`` (``"*"``: every
-        kind). Connecting the same callback again changes nothing. Returns ``callback``, so
-        this works as a decorator's body."""
+        kind). Connecting the same callback again changes nothing. ``listening(kind)``: for a
+        callback that forwards (a framework's signals), whether anyone hears it now; nothing
+        is reported when nobody does. Returns ``callback``, so this works as a decorator's
+        body."""
         kinds = _kinds(kind)
         if not callable(callback):
             raise TypeError(f"callback {callback!r} is not callable")
         with self._lock:
+            if listening is not None:
+                self._listening[callback] = listening
             for name in kinds:
                 if callback not in self._callbacks[name]:
                     self._callbacks[name] = [*self._callbacks[name], callback]
         return callback
+
+    def listened(self, kind: str) -> bool:
+        """Whether an event of ``kind`` would reach anyone."""
+        return any(self._listening.get(callback, _always)(kind)
+                   for callback in self._callbacks[_kinds(kind)[0]])
 
     def disconnect(self, kind: str, callback: Callback) -> None:
         with self._lock:
@@ -131,6 +142,10 @@ class OperationalRegistry:
                           callback=getattr(callback, "__qualname__", type(callback).__name__),
                           error=type(exc).__name__)
         return failed
+
+
+def _always(kind: str) -> bool:
+    return True
 
 
 def _kinds(kind: str) -> tuple[str, ...]:

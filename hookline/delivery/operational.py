@@ -28,7 +28,7 @@ def report(event: OperationalEvent) -> None:
     try:
         target = settings().operational_endpoint
         webhook = target is not None and event.endpoint_id != target
-        if not webhook and not operational.REGISTRY.receivers(event.kind):
+        if not webhook and not operational.REGISTRY.listened(event.kind):
             return  # nobody listens: not even the marker is written
         try:
             if not first_report(event.endpoint_id, event.event_id):

@@ -96,3 +96,12 @@ def test_the_same_occurrence_has_the_same_event_id_and_payload():
                               "event_type": "order.created", "reason": "exhausted",
                               "attempts": 4}
     assert set(EVENT_TYPES) == set(KINDS)
+
+
+def test_a_forwarder_with_nobody_behind_it_does_not_count_as_listening():
+    registry = OperationalRegistry()
+    receivers: list[str] = []
+    registry.connect("*", lambda event: None, listening=lambda kind: bool(receivers))
+    assert not registry.listened(DEAD_LETTERED)
+    receivers.append("someone")
+    assert registry.listened(DEAD_LETTERED)

@@ -77,7 +77,7 @@ def _send_signal(event: OperationalEvent) -> None:
                       error=type(response).__name__)
 
 
-forward_operational(operational.connect, _send_signal)
+forward_operational(_send_signal, lambda kind: SIGNALS[kind].has_listeners())
 
 
 def check_configuration() -> Settings:
