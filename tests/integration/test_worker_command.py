@@ -34,6 +34,13 @@ ISOLATED_URL = isolated_url(10)
 HOOKLINE = str(Path(sys.executable).with_name("hookline"))
 
 
+def consumers(client: redis.Redis) -> int:
+    """Consumers blocked on this test's database (the session's worker, on another database
+    of the same server, blocks too: it is not counted)."""
+    return sum(c.get("cmd") == "blmpop" and str(c.get("db")) == ISOLATED_URL.rsplit("/", 1)[1]
+               for c in client.client_list())
+
+
 # -- pure parts ----------------------------------------------------------------------------
 
 
@@ -100,7 +107,7 @@ def test_two_workers_share_the_deliveries_serve_one_metrics_and_stop_together(re
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         # Both workers consume: two blocked consumers on the doorbell.
-        wait_until(lambda: sum(c.get("cmd") == "blmpop" for c in isolated.client_list()) >= 2,
+        wait_until(lambda: consumers(isolated) >= 2,
                    timeout=60, what=lambda: log.read_text()[-2000:])
         names = {line.split("hookline", 1)[1].split("@", 1)[0]
                  for line in log.read_text().splitlines() if "@" in line and "ready." in line}
@@ -123,7 +130,7 @@ def test_two_workers_share_the_deliveries_serve_one_metrics_and_stop_together(re
     assert code == 0, log.read_text()[-3000:]
     # Both workers warm-shut down; none is left behind.
     assert log.read_text().count("Warm shutdown") >= 2
-    assert not any(c.get("cmd") == "blmpop" for c in isolated.client_list())
+    assert not consumers(isolated)
 
 
 def test_a_worker_that_dies_stops_the_others(receiver, isolated):
@@ -136,7 +143,7 @@ def test_a_worker_that_dies_stops_the_others(receiver, isolated):
              "2", "-l", "info", "-c", "2", "--without-gossip", "--without-mingle"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: sum(c.get("cmd") == "blmpop" for c in isolated.client_list()) >= 2,
+        wait_until(lambda: consumers(isolated) >= 2,
                    timeout=60, what=lambda: log.read_text()[-2000:])
         pid = next(line.split("(pids ", 1)[1].split(",", 1)[0]
                    for line in log.read_text().splitlines() if "(pids " in line)
@@ -148,4 +155,4 @@ def test_a_worker_that_dies_stops_the_others(receiver, isolated):
             supervisor.wait()
     assert code == 9, log.read_text()[-3000:]
     assert "stopping the others" in log.read_text()
-    wait_until(lambda: not any(c.get("cmd") == "blmpop" for c in isolated.client_list()), 30)
+    wait_until(lambda: not consumers(isolated), 30)
