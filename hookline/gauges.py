@@ -90,7 +90,7 @@ class RedisStateCollector(Collector):
         dead_letters = DeadLetterQueue(client).count()
         pipe = client.pipeline(transaction=False)
         for endpoint_id in endpoint_ids:
-            pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until")
+            pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until", "paused_at")
         breakers = pipe.execute() if endpoint_ids else []
         now_ms = store.redis_time(client) * 1000
         lengths = queue_lengths(broker)
@@ -120,13 +120,18 @@ class RedisStateCollector(Collector):
         yield _gauge("hookline_breaker_state",
                      "Circuit breaker of each endpoint: 0 closed, 1 half-open, 2 open.",
                      "endpoint", ((endpoint_id, BREAKER_STATES.get(state or "closed", 0))
-                                  for endpoint_id, (state, _) in zip(endpoint_ids, breakers,
-                                                                     strict=True)))
+                                  for endpoint_id, (state, _, _) in zip(endpoint_ids, breakers,
+                                                                        strict=True)))
+        yield _gauge("hookline_endpoint_paused",
+                     "1 while an endpoint is paused ('hookline endpoint pause'), else 0.",
+                     "endpoint", ((endpoint_id, 1 if paused else 0)
+                                  for endpoint_id, (_, _, paused) in zip(endpoint_ids, breakers,
+                                                                         strict=True)))
         yield _gauge("hookline_endpoint_blocked_seconds",
                      "Seconds left of the Retry-After block of each endpoint (0: none).",
                      "endpoint", ((endpoint_id, max(0.0, (float(until or 0) - now_ms) / 1000))
-                                  for endpoint_id, (_, until) in zip(endpoint_ids, breakers,
-                                                                     strict=True)))
+                                  for endpoint_id, (_, until, _) in zip(endpoint_ids, breakers,
+                                                                        strict=True)))
 
 
 def broker_client_for(config: Settings, state: Any) -> Any:

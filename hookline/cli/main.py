@@ -37,10 +37,21 @@ from hookline.core import redact
 from hookline.core.config import ConfigError, settings
 from hookline.core.errors import HooklineError, InvalidField
 from hookline.core.event import parse_json_text, shown
+from hookline.core.headers import parse_header
 from hookline.core.policy import PolicyError
-from hookline.delivery.retries import disable_endpoint, remove_endpoint
+from hookline.delivery.retries import (
+    disable_endpoint,
+    pause_endpoint,
+    remove_endpoint,
+    resume_endpoint,
+)
 from hookline.enqueue import WebhookInputError, send_webhook
-from hookline.store.endpoints import Endpoint, EndpointError, EndpointRegistry
+from hookline.store.endpoints import (
+    Endpoint,
+    EndpointError,
+    EndpointRegistry,
+    validate_headers,
+)
 from hookline.store.gates import Gate
 from hookline.store.history import AttemptHistory
 
@@ -125,7 +136,30 @@ def endpoint() -> None:
 
 
 def _status(item: Endpoint) -> str:
-    return "enabled" if item.enabled else f"disabled ({item.disabled_reason or 'no reason'})"
+    if not item.enabled:
+        return f"disabled ({item.disabled_reason or 'no reason'})"
+    return f"paused since {format_time(item.paused_at)}" if item.paused else "enabled"
+
+
+class HeaderParam(click.ParamType):
+    """``NAME:VALUE``: a request header for every request to the endpoint. The value is
+    never echoed back, in an error either."""
+
+    name = "NAME:VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_header(value)
+        except InvalidField as exc:
+            self.fail(str(exc), param, ctx)
+
+
+HEADER_HELP = ("A header sent on every request, NAME:VALUE (repeatable). The value is kept "
+               "like a secret: masked in listings, never logged. webhook-*, Content-Type, "
+               "Content-Length, Host and hop-by-hop headers are refused.")
 
 
 def _rate(item: Endpoint) -> str | None:
@@ -158,14 +192,16 @@ def checked_rate(rate: str | None) -> str | None:
 @click.option("--rate", metavar="N/s|N/m|N/h", help=RATE_HELP + "; no limit when omitted.")
 @click.option("--burst", type=int, metavar="N",
               help=BURST_HELP + " (default: the registry's).")
+@click.option("--header", "headers", type=HeaderParam(), multiple=True, help=HEADER_HELP)
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
-                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None
-                 ) -> None:
+                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
+                 headers: tuple[tuple[str, str], ...]) -> None:
     """Register endpoint ID. Without --secret a secret is generated and printed once."""
     # Without --burst the registry's own default applies.
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
-                                   retry_policy=retry_policy, rate=checked_rate(rate), **extra)
+                                   retry_policy=retry_policy, rate=checked_rate(rate),
+                                   headers=validate_headers({}, headers), **extra)
     click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}")
     if added.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
@@ -215,6 +251,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("url", redact.url(item.url)),
         ("status", _status(item)),
         ("secrets", ", ".join(item.public()["secrets"])),
+        ("headers", ", ".join(f"{name}: {value}" for name, value in
+                              item.public()["headers"].items()) or "none"),
         ("read timeout", f"{item.read_timeout():g}s" + (" (default)" if default_timeout else "")),
         ("retry policy", json.dumps(policy.as_dict(), sort_keys=True)),
         ("overrides", json.dumps(dict(item.retry_policy), sort_keys=True)),
@@ -239,19 +277,26 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
               help=RETRY_POLICY_HELP + " Merged into the current overrides.")
 @click.option("--rate", metavar="N/s|N/m|N/h|none", help=RATE_HELP + "; 'none' removes it.")
 @click.option("--burst", type=int, metavar="N", help=BURST_HELP + ".")
+@click.option("--header", "headers", type=HeaderParam(), multiple=True,
+              help=HEADER_HELP + " A header of the same name is replaced.")
+@click.option("--remove-header", "remove_headers", metavar="NAME", multiple=True,
+              help="Stop sending header NAME (repeatable).")
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     timeout: float | None, retry_policy: dict[str, Any] | None,
-                    rate: str | None, burst: int | None) -> None:
+                    rate: str | None, burst: int | None, headers: tuple[tuple[str, str], ...],
+                    remove_headers: tuple[str, ...]) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt."""
     changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
-               "rate": rate, "burst": burst}
+               "rate": rate, "burst": burst, "header": headers or None,
+               "removed header": remove_headers or None}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
-                               "--retry-policy, --rate or --burst")
+                               "--retry-policy, --rate, --burst, --header or --remove-header")
     updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
                                         retry_policy=retry_policy, rate=checked_rate(rate),
-                                        burst=burst)
+                                        burst=burst, headers=dict(headers),
+                                        remove_headers=remove_headers)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
     if updated.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without a rate", err=True)
@@ -273,6 +318,25 @@ def endpoint_enable(endpoint_id: str) -> None:
     """Send to endpoint ID again."""
     EndpointRegistry().enable(endpoint_id)
     click.echo(f"enabled endpoint {endpoint_id}")
+
+
+@endpoint.command("pause")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_pause(endpoint_id: str) -> None:
+    """Hold every delivery to endpoint ID in the retry schedule until 'resume': nothing is
+    sent, no attempt is used, nothing is dead-lettered (unlike 'disable')."""
+    pause_endpoint(EndpointRegistry(), endpoint_id)
+    click.echo(f"paused endpoint {endpoint_id}: its deliveries wait until "
+               f"'hookline endpoint resume {endpoint_id}'")
+
+
+@endpoint.command("resume")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_resume(endpoint_id: str) -> None:
+    """End the pause of endpoint ID: the deliveries held for it go out in the order they came
+    in, within its rate limit."""
+    _, released = resume_endpoint(EndpointRegistry(), endpoint_id)
+    click.echo(f"resumed endpoint {endpoint_id}: {released} held deliveries due now")
 
 
 @endpoint.command("remove")

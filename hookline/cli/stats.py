@@ -93,13 +93,15 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     troubled = [status for status in statuses(item.id for item in endpoints)
                 if needs_attention(status)]
     throttled = throttled_endpoints(endpoints)
+    paused = sorted(item.id for item in endpoints if item.paused)
     retry_schedule = RetrySchedule()
     scheduled = retry_schedule.stats()
     dead_letters = DeadLetterQueue().stats()
     report: dict[str, Any] = {
         "at": round(time.time(), 3),
         "endpoints": {"total": len(endpoints), "enabled": enabled,
-                      "disabled": len(endpoints) - enabled},
+                      "disabled": len(endpoints) - enabled, "paused": len(paused)},
+        "paused": paused,
         "queues": queue_depths(),
         "schedule": schedule_json(scheduled),
         "dead_letters": {"total": dead_letters.total, "by_reason": dead_letters.by_reason,
@@ -110,7 +112,8 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     oldest = format_time(dead_letters.oldest)
     rows: list[tuple[str, Any]] = [
         ("endpoints", f"{len(endpoints)} ({enabled} enabled, {len(endpoints) - enabled} "
-                      "disabled)"),
+                      f"disabled, {len(paused)} paused)"),
+        *_named([(f"  {endpoint_id}", "paused") for endpoint_id in paused]),
         *((f"queue {name}", depth) for name, depth in report["queues"].items()),
         *schedule_rows(scheduled, retry_schedule),
         ("dead letters", f"{dead_letters.total}" + (f", oldest {oldest}" if oldest else "")),

@@ -15,20 +15,77 @@
 Settings come from the environment (``REDIS_URL``, ``HOOKLINE_*``), the same variables the
 worker reads. ``init_app`` validates them and refuses ``HOOKLINE_*`` keys in ``app.config``,
 which would configure the web process but not the worker.
+
+``publish_on_commit`` publishes (``hookline.publish``) once the request has ended well: after
+a response below 400; an error response or an unhandled exception publishes nothing. Outside
+a request it publishes at once.
+
+Operational events are blinker signals here (:data:`endpoint_disabled`,
+:data:`event_dead_lettered`, :data:`endpoint_failing`, :data:`endpoint_recovered`), sent with
+the endpoint id as sender and the keyword arguments ``event``, ``endpoint_id`` and the event's
+fields, in the process where the event happens (usually a worker: connect receivers in a
+module named by ``HOOKLINE_WORKER_IMPORTS``). A receiver that raises is logged and passed over.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from flask import Flask
+from blinker import Namespace
+from flask import Flask, Response, g, has_request_context
 
-from hookline.contrib.framework import check_environment
+from hookline.contrib.framework import (
+    Publication,
+    check_environment,
+    forward_operational,
+    prepare_publication,
+    publish_logged,
+)
+from hookline.core import operational
 from hookline.core.config import Settings
+from hookline.core.logs import log_event
+from hookline.core.operational import OperationalEvent
 from hookline.enqueue import send_webhook as _send_webhook
 
-__all__ = ["Hookline"]
+__all__ = ["Hookline", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
+           "event_dead_lettered"]
+
+_signals = Namespace()
+#: An endpoint was disabled: a 410 Gone (``reason="gone"``) or an operator (``"operator"``).
+endpoint_disabled = _signals.signal("hookline.endpoint-disabled")
+#: An event went to the dead-letter queue; ``reason`` says why.
+event_dead_lettered = _signals.signal("hookline.event-dead-lettered")
+#: An endpoint's circuit breaker opened: it keeps failing.
+endpoint_failing = _signals.signal("hookline.endpoint-failing")
+#: An endpoint's circuit breaker closed again.
+endpoint_recovered = _signals.signal("hookline.endpoint-recovered")
+SIGNALS = {operational.ENDPOINT_DISABLED: endpoint_disabled,
+           operational.DEAD_LETTERED: event_dead_lettered,
+           operational.ENDPOINT_FAILING: endpoint_failing,
+           operational.ENDPOINT_RECOVERED: endpoint_recovered}
+
+
+def _send_signal(event: OperationalEvent) -> None:
+    """Forward one operational event to its blinker signal, each receiver on its own: one
+    that raises is logged and the others still hear it."""
+    signal = SIGNALS[event.kind]
+    for receiver in list(signal.receivers_for(event.endpoint_id)):
+        try:
+            receiver(event.endpoint_id, event=event, endpoint_id=event.endpoint_id,
+                     **event.data)
+        except Exception as exc:
+            log_event("operational.callback_failed", level=logging.WARNING, kind=event.kind,
+                      endpoint_id=event.endpoint_id,
+                      callback=getattr(receiver, "__qualname__", type(receiver).__name__),
+                      error=type(exc).__name__)
+
+
+forward_operational(_send_signal, lambda kind: bool(SIGNALS[kind].receivers))
+#: Where a request keeps the events it publishes when it ends well.
+_PENDING = "_hookline_publications"
 
 
 class Hookline:
@@ -49,6 +106,7 @@ class Hookline:
         in ``app.config``."""
         self.settings = check_environment(app.config, source=f"Flask app {app.name!r} config")
         app.extensions["hookline"] = self
+        app.after_request(_publish_pending)
 
     def send_webhook(
         self,
@@ -62,3 +120,42 @@ class Hookline:
         """Validate and enqueue one event, as :func:`hookline.send_webhook`; returns its event id.
         Raises :class:`hookline.WebhookInputError` on bad input."""
         return _send_webhook(endpoint_id, event_type, payload, event_id, deadline=deadline)
+
+    def publish_on_commit(
+        self,
+        app_id: str,
+        event_type: str,
+        payload: Any,
+        event_id: str | None = None,
+        *,
+        channels: Sequence[str] | None = None,
+        deadline: float | datetime | None = None,
+    ) -> str:
+        """Publish an event to an application's subscribed endpoints (``hookline.publish``)
+        once this request has answered below 400; returns its event id. The event type, id,
+        payload and deadline are checked now (``WebhookInputError``). Outside a request it is
+        published at once."""
+        publication = prepare_publication(app_id, event_type, payload, event_id, channels,
+                                          deadline)
+        if has_request_context():
+            pending: list[Publication] = g.setdefault(_PENDING, [])
+            pending.append(publication)
+        else:
+            publish_logged(publication)
+        return publication.event_id
+
+
+def _publish_pending(response: Response) -> Response:
+    """After a request: publish what it asked to when it answered below 400 (the work it
+    reported done), drop it otherwise."""
+    pending: list[Publication] = g.pop(_PENDING, [])
+    if not pending:
+        return response
+    if response.status_code >= 400:
+        for publication in pending:
+            log_event("publish.dropped", app_id=publication.app_id,
+                      event_id=publication.event_id, status=response.status_code)
+        return response
+    for publication in pending:
+        publish_logged(publication)
+    return response

@@ -9,13 +9,25 @@ set them is refused with the reason, instead of taking effect in one process onl
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from hookline.core.config import ConfigError, Settings, setting_names, settings
+from hookline.core.errors import HooklineError, InvalidField
+from hookline.core.event import (
+    check_deadline,
+    check_event_id,
+    check_event_type,
+    check_payload,
+)
 from hookline.core.logs import log_event
-from hookline.enqueue import PreparedEvent, enqueue_prepared
+from hookline.core.operational import KINDS, REGISTRY, OperationalEvent
+from hookline.enqueue import PreparedEvent, WebhookInputError, enqueue_prepared
 
 
 def check_environment(framework_keys: Iterable[Any], *, source: str) -> Settings:
@@ -52,3 +64,71 @@ def enqueue_logged(event: PreparedEvent) -> None:
                   event_id=event.event_id, event_type=event.event_type,
                   error=type(exc).__name__)
         raise
+
+
+@dataclass(frozen=True)
+class Publication:
+    """An event checked now, to be published (``hookline.publish``) once a commit happened."""
+
+    app_id: str
+    event_type: str
+    payload: Any
+    event_id: str
+    channels: tuple[str, ...] | None
+    deadline: float | None
+
+
+def prepare_publication(app_id: str, event_type: str, payload: Any, event_id: str | None,
+                        channels: Sequence[str] | None,
+                        deadline: float | datetime | None) -> Publication:
+    """Check what can be checked without Redis (the event type, id, payload and deadline:
+    ``WebhookInputError`` at the call site) and copy the payload as JSON, so the event
+    published at commit is the one checked now. ``hookline.publish`` checks the rest (the
+    application, the channels) when it runs."""
+    event_id = str(uuid.uuid4()) if event_id is None else event_id
+    try:
+        check_event_type(event_type)
+        check_event_id(event_id)
+        text = check_payload(payload, max_bytes=settings().max_payload_bytes)
+        deadline_ts = check_deadline(deadline)
+    except InvalidField as exc:
+        raise WebhookInputError(str(exc), exc.field) from None
+    if not isinstance(app_id, str) or not app_id:
+        raise WebhookInputError("app id must be a non-empty string", "app_id")
+    publisher()  # a clear error now, not at commit, when this Hookline cannot publish
+    return Publication(app_id, event_type, json.loads(text), event_id,
+                       None if channels is None else tuple(channels), deadline_ts)
+
+
+def publisher() -> Callable[..., Any]:
+    """``hookline.publish``, looked up when called (it fans an event out to an application's
+    endpoints)."""
+    import hookline
+
+    try:
+        return getattr(hookline, "publish")  # noqa: B009 (looked up now, not at import)
+    except AttributeError:
+        raise HooklineError("this Hookline has no hookline.publish (applications and "
+                            "subscriptions): use send_webhook_on_commit") from None
+
+
+def publish_logged(publication: Publication) -> None:
+    """Publish a checked event; a failure after the commit is logged with the event's id
+    before it propagates (nobody else would notice it)."""
+    try:
+        publisher()(publication.app_id, publication.event_type, publication.payload,
+                    event_id=publication.event_id, channels=publication.channels,
+                    deadline=publication.deadline)
+    except Exception as exc:
+        log_event("publish.failed", level=logging.ERROR, app_id=publication.app_id,
+                  event_id=publication.event_id, event_type=publication.event_type,
+                  error=type(exc).__name__)
+        raise
+
+
+def forward_operational(send: Callable[[OperationalEvent], Any],
+                        listening: Callable[[str], bool]) -> None:
+    """Connect ``send`` (a framework's signal sender) to every kind of operational event;
+    ``listening(kind)`` says whether the kind's signal has receivers now."""
+    for kind in KINDS:
+        REGISTRY.connect(kind, send, listening=listening)

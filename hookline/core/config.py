@@ -7,6 +7,7 @@ import functools
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -148,6 +149,12 @@ class Settings:
     #: Hash-tag shards the retry schedule, the dead-letter queue and the endpoint index are
     #: split over (``hookline.store.keys``): 1 on a single Redis, 16 on a Redis Cluster.
     state_shards: int = 1
+    #: The registered endpoint that operational events (endpoint disabled, event
+    #: dead-lettered, endpoint failing or recovered) are sent to as webhooks; None: none.
+    operational_endpoint: str | None = None
+    #: Modules the worker imports at start-up: a host's operational-event callbacks and
+    #: signal receivers (``hookline.operational``), connected in the worker process.
+    worker_imports: tuple[str, ...] = ()
 
     @property
     def state_is_cluster(self) -> bool:
@@ -432,6 +439,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
                                   maximum=10_000),
         history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0,
                                     maximum=64 * 1024),
+        operational_endpoint=_endpoint_id(env, "HOOKLINE_OPERATIONAL_ENDPOINT"),
+        worker_imports=_module_names(env, "HOOKLINE_WORKER_IMPORTS"),
         **_sentinel_settings(env, variable, redis_url),
     )
     if settings.breaker_max_cooldown < settings.breaker_cooldown:
@@ -446,6 +455,29 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"{LEASE_MARGIN:g}s), or a message still being sent is handed to a second worker"
         )
     return _cluster_checked(env, variable, settings)
+
+
+_ENDPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _endpoint_id(env: Mapping[str, str], name: str) -> str | None:
+    value = (env.get(name) or "").strip()
+    if not value:
+        return None
+    if not _ENDPOINT_ID.match(value):
+        raise ConfigError(f"{name}={value[:80]!r} must be an endpoint id: a letter or digit, "
+                          "then up to 63 letters, digits, '_', '.' or '-'")
+    return value
+
+
+def _module_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in (env.get(name) or "").split(",") if part.strip())
+    for module in names:
+        if not _MODULE_NAME.match(module):
+            raise ConfigError(f"{name}: {module[:80]!r} is not a dotted module name "
+                              "(e.g. myshop.webhook_signals)")
+    return names
 
 
 def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) -> Settings:

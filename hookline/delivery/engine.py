@@ -23,7 +23,9 @@ from hookline.core import metrics, redact
 from hookline.core.config import settings
 from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
+from hookline.core.operational import OperationalEvent
 from hookline.core.policy import Outcome, classify, parse_retry_after, retry_countdown
+from hookline.delivery import operational
 from hookline.delivery.retries import dead_letter_scheduled
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
@@ -89,7 +91,7 @@ class Deferred:
 
 
 #: Deferral reasons that hold the whole endpoint, not one event.
-ENDPOINT_HOLDS = frozenset({"breaker_open", "breaker_probe", "blocked"})
+ENDPOINT_HOLDS = frozenset({"paused", "breaker_open", "breaker_probe", "blocked"})
 #: Longest a half-open breaker's probe is taken to hold the endpoint before looking again.
 PROBE_LOOK = 2.0
 
@@ -117,6 +119,8 @@ def hold_countdown(reason: str, wait: float, rng: random.Random | None = None) -
     """How long an event for an endpoint held for ``wait`` more seconds waits (``reason``:
     breaker_open, breaker_probe or blocked), with jitter."""
     uniform = (rng or random).uniform
+    if reason == "paused":
+        return wait  # parked until resume, which restores their order: no jitter
     if reason == "breaker_probe":
         # The probe usually answers in well under its lease: look again soon.
         return min(wait, PROBE_LOOK) + uniform(0.1, 1.0)
@@ -150,18 +154,23 @@ class DeliveryEngine:
         ``random.Random``).
     :param on_gone: called with an endpoint id after its first 410, to dead-letter the
         endpoint's scheduled retries (default: ``retries.dead_letter_scheduled``).
+    :param on_operational: called with each operational event (an endpoint disabled by a
+        410, a dead letter, a breaker opened or closed; default:
+        ``hookline.delivery.operational.report``, which never raises).
     """
 
     def __init__(self, gate: Gate | None = None, dlq: DeadLetterQueue | None = None, *,
                  sender: Sender = send, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None,
-                 on_gone: Callable[[str], Any] | None = None) -> None:
+                 on_gone: Callable[[str], Any] | None = None,
+                 on_operational: Callable[[OperationalEvent], Any] | None = None) -> None:
         self.gate = gate or Gate()
         self.dlq = dlq or DeadLetterQueue()
         self._send_event = sender
         self._clock = clock
         self._rng = rng or random.Random()
         self._on_gone = on_gone or _dead_letter_gone
+        self._report = on_operational or operational.report
 
     def attempt(self, request: DeliveryRequest, *, token: str) -> AttemptOutcome:
         """One attempt of ``request``: the gate, the send, the settle and the decision."""
@@ -261,6 +270,9 @@ class DeliveryEngine:
                               reason="endpoint_gone")
             log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
                       reason="gone", status=410)
+            self._report(operational.endpoint_disabled(
+                endpoint.id, reason="gone", detail=GONE_REASON, status=410,
+                since=endpoint.updated_at))
             finished = self.dead_letter(request, "endpoint_gone", result=result, at=ended)
             self._on_gone(endpoint.id)
             return finished
@@ -281,6 +293,10 @@ class DeliveryEngine:
                       event_id=request.event_id)
         elif settlement.transition == "closed":
             log_event("breaker.closed", endpoint_id=endpoint.id, event_id=request.event_id)
+        if settlement.transition in ("opened", "closed"):
+            self._report(operational.breaker_changed(
+                endpoint.id, opened=settlement.transition == "opened",
+                event_id=request.event_id, attempt=request.attempts))
         if retry_after:
             log_event("endpoint.blocked", endpoint_id=endpoint.id, event_id=request.event_id,
                       seconds=retry_after)
@@ -297,7 +313,9 @@ class DeliveryEngine:
         if request.attempts >= policy.max_attempts:
             detail = f"attempt {request.attempts} of {policy.max_attempts}"
             return self._give_up(request, result, ended, detail)
-        if due - request.first_attempt_at > policy.max_age:
+        # Time the endpoint was paused does not count: a pause must not dead-letter events.
+        paused = endpoint.paused_seconds(request.first_attempt_at, ended)
+        if due - request.first_attempt_at - paused > policy.max_age:
             detail = f"next attempt would be past max_age ({policy.max_age:g}s)"
             return self._give_up(request, result, ended, detail)
         if request.deadline is not None and due >= request.deadline:
@@ -348,6 +366,9 @@ class DeliveryEngine:
                   attempt=request.attempts, status=result.status if result else None,
                   detail=detail or None)
         metrics.count_outcome(request.endpoint_id, "dead_lettered", reason, registered=registered)
+        self._report(operational.dead_lettered(
+            request.endpoint_id, request.event_id, request.event_type, reason,
+            attempts=request.attempts, first_attempt_at=request.first_attempt_at))
         return Finished("dead_lettered", reason=reason, status=result.status if result else None)
 
     @staticmethod

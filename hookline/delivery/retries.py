@@ -5,6 +5,8 @@ endpoint's scheduled retries to the dead-letter queue when it is gone, disabled 
 from __future__ import annotations
 
 import logging
+import math
+import time
 import uuid
 from typing import Any
 
@@ -22,8 +24,10 @@ from hookline.core.event import (
 from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
+from hookline.core.policy import parse_rate
+from hookline.delivery import operational
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
 from hookline.store.schedule import RetrySchedule, build_message
 
 
@@ -72,6 +76,10 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     )
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
+    if valid_id:
+        operational.report(operational.dead_lettered(
+            entry.endpoint_id, entry.event_id, entry.event_type, reason,
+            attempts=entry.attempts, first_attempt_at=entry.first_attempt_at))
     log_event("delivery.dead_lettered", level=level, endpoint_id=entry.endpoint_id,
               event_id=entry.event_id, reason=reason, error=type(exception).__name__)
 
@@ -115,6 +123,10 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
         from hookline.delivery import announce
 
         announce.dead_lettered((retry.task_id, reason) for retry in retries)
+        for retry in retries:
+            operational.report(operational.dead_lettered(
+                retry.endpoint_id, retry.event_id, retry.event_type, reason,
+                attempts=retry.attempts, first_attempt_at=retry.first_attempt_at))
     return len(retries)
 
 
@@ -124,9 +136,58 @@ def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
                      reason: str = "disabled by operator") -> Endpoint:
     """Stop all sends to an endpoint; its scheduled retries go to the dead-letter queue now
     (reason ``endpoint_disabled``), ready to replay once it is fixed."""
+    was = registry.require(endpoint_id)
     saved = registry.disable(endpoint_id, reason)
+    if was.enabled:
+        operational.report(operational.endpoint_disabled(
+            endpoint_id, reason="operator", detail=reason, since=saved.updated_at))
     dead_letter_scheduled(endpoint_id, "endpoint_disabled")
     return saved
+
+
+#: Seconds between resume's two passes over the schedule: the second one brings forward a
+#: delivery a worker parked for the pause just after the first (its admit saw the pause, its
+#: park came after the first pass).
+RESUME_GRACE = 1.0
+
+
+def resume_endpoint(registry: EndpointRegistry, endpoint_id: str, *,
+                    grace: float = RESUME_GRACE) -> tuple[Endpoint, int]:
+    """End an endpoint's pause: the deliveries parked for it become due now, at the moment
+    each was parked, so the releaser sends them in the order they came in, and the endpoint's
+    rate limit spaces them. Returns the endpoint and how many were made due.
+
+    The pause is lifted first, then the parked deliveries are brought forward (twice,
+    ``grace`` seconds apart): a delivery released in between meets an endpoint that takes
+    it."""
+    endpoint, since, now = registry.lift_pause(endpoint_id)
+    if since is None:
+        return endpoint, 0
+    pause_ms = round(PAUSE_PARK * 1000)
+    schedule = RetrySchedule()
+    # Rate-limited: one per rate interval (and a tenth, so an admission a little late does
+    # not make the next one early for the limiter, which would defer it behind a later one)
+    # from now, in order; otherwise all due now.
+    spacing = math.ceil(parse_rate(endpoint.rate) * 1100) if endpoint.rate else 0
+    # Parked for this pause: due a pause-park after a moment in it (a minute's margin for
+    # rounding); nothing else is parked that far ahead (PAUSE_PARK).
+    moved = schedule.make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
+                              shift=pause_ms, now=now, spacing=spacing)
+    if grace > 0:
+        time.sleep(grace)
+        moved += schedule.make_due(endpoint_id, parked_after=since + pause_ms - 60_000,
+                                   shift=pause_ms, now=now + moved * spacing,
+                                   spacing=spacing)
+    log_event("endpoint.resumed", endpoint_id=endpoint_id, released=moved,
+              paused_seconds=round((now - since) / 1000.0, 3))
+    return endpoint, moved
+
+
+def pause_endpoint(registry: EndpointRegistry, endpoint_id: str) -> Endpoint:
+    """Hold an endpoint's deliveries in the retry schedule until :func:`resume_endpoint`."""
+    paused = registry.pause(endpoint_id)
+    log_event("endpoint.paused", endpoint_id=endpoint_id)
+    return paused
 
 
 def remove_endpoint(registry: EndpointRegistry, endpoint_id: str) -> None:

@@ -82,8 +82,12 @@ def sign(secrets: tuple[str, ...], event_id: str, sent_at: datetime, body: str) 
 
 
 def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[str, str]:
+    """The request's headers: the endpoint's own (``--header``) first, then Hookline's, which
+    no endpoint header can replace (they are refused at registration; a stored one of the same
+    name in another case is dropped here too)."""
     sent_at = datetime.now(tz=UTC)
-    return {
+    owned = {
+
         # The connection goes to the address the SSRF guard pinned; the name goes here.
         "Host": urlsplit(endpoint.url).netloc,
         "webhook-id": event.id,
@@ -95,6 +99,10 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
         "User-Agent": USER_AGENT,
         "Accept": "*/*",
     }
+    taken = {name.lower() for name in owned}
+    extra = {name: value for name, value in endpoint.headers.items()
+             if name.lower() not in taken and not name.lower().startswith("webhook-")}
+    return {**extra, **owned}
 
 
 def pools() -> PinnedPools:

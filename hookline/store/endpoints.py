@@ -20,6 +20,7 @@ from hookline.core import redact
 from hookline.core.config import MAX_READ_TIMEOUT, settings
 from hookline.core.errors import InvalidField
 from hookline.core.event import check_endpoint_id, check_text
+from hookline.core.headers import masked, merge_headers
 from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
 from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
 from hookline.core.target import check_endpoint_url, parse_target
@@ -31,6 +32,13 @@ SECRET_PREFIX = "whsec_"
 MAX_REASON_LENGTH = 200
 #: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
 MAX_TIMEOUT = MAX_READ_TIMEOUT
+#: How far ahead a paused endpoint's deliveries are parked, seconds (piece_held.lua's
+#: PAUSE_PARK_MS): a month, longer than any backoff, Retry-After or cool-down can park one
+#: (``hookline.core.policy.MAX_BACKOFF_LIMIT``), so resume knows the parked-for-the-pause ones
+#: by their due time alone, and no worker looks at them while the pause lasts.
+PAUSE_PARK = 30 * 86400.0
+#: Pause periods kept on an endpoint (for the age limit, which leaves paused time out).
+PAUSES_KEPT = 50
 
 
 class EndpointError(InvalidField):
@@ -64,6 +72,10 @@ class Endpoint:
     :param burst: how many requests may go out back to back before the rate spaces them;
         None for the default, 100 ms worth of requests (at least 1), which also lets the limiter
         absorb a worker's scheduling delays without losing throughput.
+    :param headers: extra request headers (name -> value), sent on every request; values are
+        kept like secrets (masked in :meth:`public`).
+    :param paused_at: Unix seconds (Redis time) since when the endpoint is paused, or None.
+    :param pauses: the latest ended pauses, ((start, end), ...) in Unix seconds.
     """
 
     id: str
@@ -78,6 +90,18 @@ class Endpoint:
     burst: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may be credentials
+    paused_at: float | None = None
+    pauses: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def paused_seconds(self, since: float, until: float) -> float:
+        """Seconds of [since, until] the endpoint was paused (the age limit leaves them out)."""
+        periods = [*self.pauses, *([(self.paused_at, until)] if self.paused_at else [])]
+        return sum(max(0.0, min(end, until) - max(start, since)) for start, end in periods)
 
     def policy(self) -> RetryPolicy:
         return settings().retry_policy.replace(self.retry_policy)
@@ -112,6 +136,9 @@ class Endpoint:
             "rate_burst": str(self.effective_burst()),
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
+            "headers": json.dumps(dict(self.headers)),
+            # paused_at and pauses are written by pause_endpoint.lua only, never here: saving
+            # an endpoint read before a pause must not undo it.
         }
 
     @classmethod
@@ -132,6 +159,10 @@ class Endpoint:
             burst=int(data["burst"]) if data.get("burst") else None,
             created_at=float(data.get("created_at") or 0),
             updated_at=float(data.get("updated_at") or 0),
+            headers=json.loads(data.get("headers") or "{}"),
+            paused_at=int(data["paused_at"]) / 1000.0 if data.get("paused_at") else None,
+            pauses=tuple((start / 1000.0, end / 1000.0)
+                         for start, end in json.loads(data.get("pauses") or "[]")),
         )
 
     def public(self) -> dict[str, Any]:
@@ -150,6 +181,9 @@ class Endpoint:
             "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "headers": masked(self.headers),
+            "paused": self.paused,
+            "paused_at": self.paused_at,
         }
 
 
@@ -255,6 +289,18 @@ def validate_burst(burst: int) -> int:
     return burst
 
 
+def validate_headers(current: Mapping[str, str], added: Any = (), removed: Any = ()
+                     ) -> dict[str, str]:
+    """``current`` headers with ``removed`` names taken out and ``added`` (name, value) pairs
+    set, each checked (:mod:`hookline.core.headers`); the error never quotes a value."""
+    if isinstance(added, Mapping):
+        added = list(added.items())
+    try:
+        return merge_headers(current, added, removed)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
 def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
     try:
         settings().retry_policy.replace(overrides)
@@ -280,8 +326,10 @@ class EndpointRegistry:
         retry_policy: Mapping[str, Any] | None = None,
         rate: str | None = None,
         burst: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Endpoint:
-        """Register an endpoint; a secret is generated when none is given."""
+        """Register an endpoint; a secret is generated when none is given. ``headers``: extra
+        request headers (name -> value; :mod:`hookline.core.headers` says which are refused)."""
         validate_endpoint_id(endpoint_id)
         now = time.time()
         endpoint = Endpoint(
@@ -294,6 +342,7 @@ class EndpointRegistry:
             burst=None if burst is None else validate_burst(burst),
             created_at=now,
             updated_at=now,
+            headers=validate_headers({}, headers or {}),
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
@@ -342,9 +391,12 @@ class EndpointRegistry:
         retry_policy: Mapping[str, Any] | None = None,
         rate: str | None = None,
         burst: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        remove_headers: Any = (),
     ) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
-        ``rate="none"`` removes the rate limit."""
+        ``rate="none"`` removes the rate limit. ``headers`` are set (a name already there, in
+        any case, is replaced); ``remove_headers`` names are taken out first."""
         endpoint = self.require(endpoint_id)
         changes: dict[str, Any] = {"updated_at": time.time()}
         if url is not None:
@@ -362,6 +414,9 @@ class EndpointRegistry:
             changes["retry_policy"] = validate_policy_override(
                 {**endpoint.retry_policy, **retry_policy}
             )
+        if headers or remove_headers:
+            changes["headers"] = validate_headers(endpoint.headers, headers or {},
+                                                  remove_headers)
         return self._save(replace(endpoint, **changes))
 
     def rotate_secret(self, endpoint_id: str, *, secret: str | None = None,
@@ -399,6 +454,32 @@ class EndpointRegistry:
         return self._save(
             replace(endpoint, enabled=True, disabled_reason="", updated_at=time.time())
         )
+
+    def pause(self, endpoint_id: str) -> Endpoint:
+        """Hold every delivery to the endpoint in the retry schedule until :meth:`resume`:
+        no attempt, nothing dead-lettered (piece_held.lua). Pausing a paused endpoint changes
+        nothing."""
+        validate_endpoint_id(endpoint_id)
+        self._pause_script("pause", endpoint_id)
+        return self.require(endpoint_id)
+
+    def lift_pause(self, endpoint_id: str) -> tuple[Endpoint, int | None, int]:
+        """End a pause in the registry only. Returns the endpoint, when the pause began (ms of
+        Redis time; None if it was not paused) and now (ms of Redis time). Resume with
+        ``hookline.delivery.retries.resume_endpoint``, which also makes the deliveries parked
+        for the pause due now: lifted here alone, they would wait out their month."""
+        validate_endpoint_id(endpoint_id)
+        reply = self._pause_script("resume", endpoint_id)
+        since = int(reply[1]) if reply[1] else None
+        return self.require(endpoint_id), since, int(reply[2])
+
+    def _pause_script(self, action: str, endpoint_id: str) -> tuple[Any, ...]:
+        script = self.redis.register_script(store.load_script("pause_endpoint"))
+        reply = script(keys=[keys.endpoint_key(endpoint_id), keys.breaker_key(endpoint_id)],
+                       args=[action, PAUSES_KEPT])
+        if reply[0] == "missing":
+            raise UnknownEndpoint(endpoint_id)
+        return tuple(reply)
 
     def remove(self, endpoint_id: str) -> None:
         """Forget the endpoint. (``retries.remove_endpoint`` also moves its scheduled retries

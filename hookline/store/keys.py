@@ -112,6 +112,12 @@ def event_keys_pattern(event_id: str) -> str:
     return f"hookline:{{*}}:*:{glob_escaped(event_id)}"
 
 
+def occurrence_key(endpoint_id: str, occurrence_id: str) -> str:
+    """Set once an operational event (``hookline.core.operational``) about the endpoint was
+    reported, so that the same occurrence seen twice is reported once (expires on its own)."""
+    return f"hookline:{{{endpoint_id}}}:occurred:{occurrence_id}"
+
+
 def endpoint_owned_keys(endpoint_id: str) -> list[str]:
     """The keys that die with an endpoint (``endpoint remove``): one slot, one DEL."""
     return [endpoint_key(endpoint_id), old_breaker_key(endpoint_id), rate_key(endpoint_id),

@@ -350,7 +350,9 @@ class RetrySchedule:
                 kept.append((retry_id, message))
                 continue
             delay = wait + random.uniform(0.1, min(1.0 + wait / 10, 5.0))
-            if why == "breaker_probe":
+            if why == "paused":
+                delay = wait  # no jitter: resume restores their order (piece_held.lua)
+            elif why == "breaker_probe":
                 delay = min(wait, PROBE_WAIT) + random.uniform(0.1, 1.0)
             delays += [retry_id, round(delay * 1000)]
         if delays:
@@ -434,6 +436,37 @@ class RetrySchedule:
                self.redis.hscan_iter(shard.meta, match=f"{glob_escaped(prefix)}*", count=PAGE)]
         for start in range(0, len(ids), PAGE):
             self.redis.sadd(index, *ids[start:start + PAGE])
+
+    def make_due(self, endpoint_id: str, *, parked_after: int, shift: int, now: int,
+                 spacing: int = 0) -> int:
+        """Bring back the endpoint's retries due at or after ``parked_after`` (ms of Redis
+        time): resume's step for the deliveries a pause parked (due a pause-park after they
+        were parked). With no ``spacing`` each is brought forward by ``shift`` ms, to the
+        moment it was parked: in the past, in the order they came in. With ``spacing`` (ms:
+        the endpoint's rate interval) they are due from ``now`` one every ``spacing`` ms, in
+        that order, so the rate limit takes each in turn instead of deferring a burst (which
+        could let a later one overtake an earlier one). A retry released or dropped meanwhile
+        is left alone (ZADD XX). Returns how many were brought back."""
+        self._complete_index(endpoint_id)
+        shard = self.shard_of(endpoint_id)
+        held: list[tuple[int, str]] = []
+        for page in _pages(iter(self.redis.sscan_iter(shard.by_endpoint(endpoint_id),
+                                                      count=PAGE))):
+            dues = self.redis.zmscore(shard.due, page)
+            held += [(int(due), retry_id) for retry_id, due in zip(page, dues, strict=True)
+                     if due is not None and due >= parked_after]
+        held.sort()
+        for start in range(0, len(held), PAGE):
+            self.redis.zadd(shard.due, {
+                retry_id: (now + (start + i) * spacing) if spacing else due - shift
+                for i, (due, retry_id) in enumerate(held[start:start + PAGE])}, xx=True)
+        if held:
+            # Due before everything else now: wake a sleeping releaser (as park.lua does).
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.lpush(shard.wake, now)
+            pipe.ltrim(shard.wake, 0, 15)
+            pipe.execute()
+        return len(held)
 
     def unpark(self, retry_ids: list[str]) -> int:
         """Take retries out of the schedule (one script call per shard); returns how many

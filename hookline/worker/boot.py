@@ -7,6 +7,7 @@ left alone.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from typing import Any
@@ -73,6 +74,23 @@ def _start_releaser(sender: Any = None, **_: object) -> None:
         from hookline.delivery.releaser import Releaser
 
         _releaser = Releaser(queue=RETRY_QUEUE).start()
+
+
+@worker_init.connect
+def _import_host_modules(sender: Any = None, **_: object) -> None:
+    """Import ``HOOKLINE_WORKER_IMPORTS``: the host's operational-event callbacks and signal
+    receivers (``hookline.operational``) connect here, in the process where the events
+    happen. A module that cannot be imported stops the worker, saying which."""
+    if not _ours(sender):
+        return
+    for name in settings().worker_imports:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            log_event("worker.import_failed", level=logging.ERROR, module=name,
+                      error=type(exc).__name__)
+            raise
+        log_event("worker.imported", module=name)
 
 
 @worker_init.connect

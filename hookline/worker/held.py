@@ -41,8 +41,10 @@ class HeldEndpoints:
         self._lock = threading.Lock()
 
     def remember(self, endpoint_id: str, deferred: Deferred) -> None:
-        """Note the hold a deferral reports (``Deferred.hold``; none for one event's own)."""
-        if deferred.hold <= 0:
+        """Note the hold a deferral reports (``Deferred.hold``; none for one event's own).
+        A pause is not remembered: its deliveries are parked until resume, and one parked from
+        a memory older than the resume would wait a month."""
+        if deferred.hold <= 0 or deferred.reason == "paused":
             return
         until = self._clock() + min(deferred.hold, REMEMBER_AT_MOST)
         with self._lock:

@@ -354,10 +354,11 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
     succeeds("endpoint", "add", "crm", "--url", "https://crm.example/")
     succeeds("endpoint", "disable", "crm")
     report = json_out("stats")
-    assert set(report) == {"at", "endpoints", "queues", "schedule", "dead_letters", "breakers",
-                           "throttled"}
+    assert set(report) == {"at", "endpoints", "paused", "queues", "schedule", "dead_letters",
+                           "breakers", "throttled"}
     assert abs(report["at"] - time.time()) < 5
-    assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1}
+    assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1, "paused": 0}
+    assert report["paused"] == []
     assert set(report["queues"]) == {"hookline", "hookline.retry"}
     assert all(isinstance(depth, int) for depth in report["queues"].values())
     assert set(report["schedule"]) == {"total", "by_endpoint", "oldest_due", "lag"}
@@ -366,7 +367,7 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
         "oldest": dead_letters.get("shop/ev-old").dead_lettered_at}
     assert report["breakers"] == report["throttled"] == []
     text = succeeds("stats").stdout
-    assert "2 (1 enabled, 1 disabled)" in text
+    assert "2 (1 enabled, 1 disabled, 0 paused)" in text
     assert re.search(r"^dead letters: +5, oldest .*\(2h ago\)$", text, re.M)
     assert re.search(r"^  exhausted: +3$", text, re.M)
     assert "all closed, none blocked" in text

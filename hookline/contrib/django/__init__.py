@@ -11,23 +11,73 @@ would configure the web process but not the worker). In a view::
         send_webhook_on_commit("shop-42", "order.created", {"order": order.pk})
 
 The event is checked at once (``WebhookInputError`` at the call site) and enqueued only when
-the transaction commits: a rolled-back transaction sends nothing.
+the transaction commits: a rolled-back transaction sends nothing. ``publish_on_commit`` does the
+same for ``hookline.publish`` (an event for every subscribed endpoint of an application).
+
+Operational events are Django signals here (:data:`endpoint_disabled`,
+:data:`event_dead_lettered`, :data:`endpoint_failing`, :data:`endpoint_recovered`), sent with
+the endpoint id as ``sender`` and the keyword arguments ``event`` (a
+``hookline.operational.OperationalEvent``), ``endpoint_id`` and the event's fields (``reason``,
+``event_id``, ...). They are sent in the process where the event happens, usually a Hookline
+worker: connect your receivers in a module the worker imports (``HOOKLINE_WORKER_IMPORTS``,
+which also runs ``django.setup()`` there). A receiver that raises is logged and passed over.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.dispatch import Signal
 
-from hookline.contrib.framework import check_environment, enqueue_logged
+from hookline.contrib.framework import (
+    check_environment,
+    enqueue_logged,
+    forward_operational,
+    prepare_publication,
+    publish_logged,
+)
+from hookline.core import operational
 from hookline.core.config import ConfigError, Settings
+from hookline.core.logs import log_event
+from hookline.core.operational import OperationalEvent
 from hookline.enqueue import prepare_event
 
-__all__ = ["check_configuration", "send_webhook_on_commit"]
+__all__ = ["check_configuration", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
+           "event_dead_lettered", "publish_on_commit", "send_webhook_on_commit"]
+
+#: An endpoint was disabled: a 410 Gone (``reason="gone"``) or an operator (``"operator"``).
+endpoint_disabled = Signal()
+#: An event went to the dead-letter queue; ``reason`` says why (``exhausted``, ``rejected``...).
+event_dead_lettered = Signal()
+#: An endpoint's circuit breaker opened: it keeps failing.
+endpoint_failing = Signal()
+#: An endpoint's circuit breaker closed again.
+endpoint_recovered = Signal()
+SIGNALS = {operational.ENDPOINT_DISABLED: endpoint_disabled,
+           operational.DEAD_LETTERED: event_dead_lettered,
+           operational.ENDPOINT_FAILING: endpoint_failing,
+           operational.ENDPOINT_RECOVERED: endpoint_recovered}
+
+
+def _send_signal(event: OperationalEvent) -> None:
+    """Forward one operational event to its Django signal; receivers that raise are logged."""
+    responses = SIGNALS[event.kind].send_robust(sender=event.endpoint_id, event=event,
+                                                endpoint_id=event.endpoint_id, **event.data)
+    for receiver, response in responses:
+        if isinstance(response, Exception):
+            log_event("operational.callback_failed", level=logging.WARNING, kind=event.kind,
+                      endpoint_id=event.endpoint_id,
+                      callback=getattr(receiver, "__qualname__", type(receiver).__name__),
+                      error=type(response).__name__)
+
+
+forward_operational(_send_signal, lambda kind: SIGNALS[kind].has_listeners())
 
 
 def check_configuration() -> Settings:
@@ -66,3 +116,25 @@ def send_webhook_on_commit(
                           bind=False)
     transaction.on_commit(partial(enqueue_logged, event), using=using)
     return event.event_id
+
+
+def publish_on_commit(
+    app_id: str,
+    event_type: str,
+    payload: Any,
+    event_id: str | None = None,
+    *,
+    channels: Sequence[str] | None = None,
+    deadline: float | datetime | None = None,
+    using: str | None = None,
+) -> str:
+    """Publish an event to an application's subscribed endpoints (``hookline.publish``) when
+    the current transaction of database ``using`` commits; returns its event id. Outside a
+    transaction it is published at once. The event type, id, payload and deadline are checked
+    now (``WebhookInputError``); ``hookline.publish`` checks the application and channels at
+    commit, where a failure propagates from the commit and a ``publish.failed`` line names the
+    event. A rolled-back transaction publishes nothing."""
+    publication = prepare_publication(app_id, event_type, payload, event_id, channels,
+                                      deadline)
+    transaction.on_commit(partial(publish_logged, publication), using=using)
+    return publication.event_id

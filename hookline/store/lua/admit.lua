@@ -88,7 +88,7 @@ end
 -- Retry-After block: the rule consume.lua applies too (piece_held.lua).
 local why, wait, probe, breaker_state, breaker = hold_of(
   {config['state'], config['open_until'], config['probe_until'], config['blocked_until'],
-   config['tat'], config['book']}, now)
+   config['tat'], config['book'], config['paused_at']}, now)
 if why then
   return refuse({'deferred', why, wait, 0})
 end

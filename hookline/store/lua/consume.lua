@@ -11,7 +11,7 @@
 -- the message back out of it (hookline/broker.py, unacked.py).
 --
 -- Held endpoints (when ARGV[2] is '1': Hookline's state lives in this Redis): a delivery whose
--- endpoint is held (circuit open, half-open probe in flight, Retry-After block: the rule
+-- endpoint is held (paused, circuit open, half-open probe in flight, Retry-After block: the rule
 -- admit.lua applies, piece_held.lua) would only be deferred by a worker. It is parked in the
 -- retry schedule here instead (piece_park.lua, as park.lua), due when the endpoint may take it
 -- again, without reaching a worker: a dead endpoint's backlog costs the workers nothing and
@@ -103,6 +103,10 @@ local function held(breaker_key)
   local why, wait = endpoint_hold(breaker_key, clock)
   if not why then
     return nil
+  end
+  if why == 'paused' then
+    -- No jitter, and 1 ms apart within one call: resume restores the order they came in.
+    return wait + #parked, why
   end
   if why == 'breaker_probe' then
     return math.min(wait, 2000) + math.random(100, 1000), why
