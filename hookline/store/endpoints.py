@@ -1,7 +1,9 @@
 """The endpoint registry: where each subscriber's webhooks go and how they are signed.
 
-One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids. Secrets live
-only here; tasks carry the endpoint id, never its URL or secret.
+One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids, and for an
+endpoint of an application, a set of that application's endpoint ids
+(``hookline:{app:<id>}:endpoints``). Secrets live only here; tasks carry the endpoint id, never
+its URL or secret.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import math
 import secrets as random_secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,10 +24,21 @@ from hookline.core.errors import InvalidField
 from hookline.core.event import check_endpoint_id, check_text
 from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
 from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+from hookline.core.subscriptions import (
+    MAX_ENDPOINT_CHANNELS,
+    SubscriptionError,
+    check_app_id,
+    parse_channels,
+    parse_filters,
+    subscribed,
+    unknown_filters,
+)
 from hookline.core.target import check_endpoint_url, parse_target
 from hookline.store import connection as store
 from hookline.store import keys
 
+#: Names given as a comma-separated string or a sequence (event filters, channels).
+Names = str | Sequence[str] | None
 SECRET_PREFIX = "whsec_"
 #: Longest reason given for disabling an endpoint, characters.
 MAX_REASON_LENGTH = 200
@@ -64,6 +77,10 @@ class Endpoint:
     :param burst: how many requests may go out back to back before the rate spaces them;
         None for the default, 100 ms worth of requests (at least 1), which also lets the limiter
         absorb a worker's scheduling delays without losing throughput.
+    :param app: the application it belongs to (``hookline.publish`` reaches it), or None.
+    :param event_types: its event-type filter (``order.created``, ``order.*``); empty: every
+        type (``hookline.core.subscriptions``).
+    :param channels: the channels it listens to; empty: no channel filter.
     """
 
     id: str
@@ -78,6 +95,13 @@ class Endpoint:
     burst: int | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    app: str | None = None
+    event_types: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
+
+    def subscribes_to(self, event_type: str, channels: tuple[str, ...] | list[str]) -> bool:
+        """Whether a published event of this type with these channels is for this endpoint."""
+        return subscribed(self.event_types, self.channels, event_type, channels)
 
     def policy(self) -> RetryPolicy:
         return settings().retry_policy.replace(self.retry_policy)
@@ -112,6 +136,9 @@ class Endpoint:
             "rate_burst": str(self.effective_burst()),
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
+            "app": self.app or "",
+            "event_types": json.dumps(list(self.event_types)),
+            "channels": json.dumps(list(self.channels)),
         }
 
     @classmethod
@@ -132,6 +159,9 @@ class Endpoint:
             burst=int(data["burst"]) if data.get("burst") else None,
             created_at=float(data.get("created_at") or 0),
             updated_at=float(data.get("updated_at") or 0),
+            app=data.get("app") or None,
+            event_types=tuple(json.loads(data.get("event_types") or "[]")),
+            channels=tuple(json.loads(data.get("channels") or "[]")),
         )
 
     def public(self) -> dict[str, Any]:
@@ -150,6 +180,9 @@ class Endpoint:
             "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "app": self.app,
+            "event_types": list(self.event_types),
+            "channels": list(self.channels),
         }
 
 
@@ -263,6 +296,23 @@ def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return dict(overrides)
 
 
+def validate_subscription(event_types: Any, channels: Any) -> tuple[tuple[str, ...],
+                                                                      tuple[str, ...]]:
+    """An endpoint's event-type filter and channels, checked (None: none)."""
+    try:
+        return (parse_filters(event_types),
+                parse_channels(channels, limit=MAX_ENDPOINT_CHANNELS))
+    except SubscriptionError as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+class UnknownApp(EndpointError):
+    def __init__(self, app_id: str) -> None:
+        super().__init__(f"no application {app_id!r}: add it with 'hookline app add {app_id}'",
+                         "app")
+        self.app_id = app_id
+
+
 class EndpointRegistry:
     """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the endpoint index
     (``hookline:endpoints``; one set per shard on a Redis Cluster, ``keys.endpoint_index_keys``)."""
@@ -280,9 +330,18 @@ class EndpointRegistry:
         retry_policy: Mapping[str, Any] | None = None,
         rate: str | None = None,
         burst: int | None = None,
+        app: str | None = None,
+        event_types: Names = None,
+        channels: Names = None,
     ) -> Endpoint:
-        """Register an endpoint; a secret is generated when none is given."""
+        """Register an endpoint; a secret is generated when none is given. ``app`` makes it
+        one of that application's endpoints (the application must exist); ``event_types``
+        and ``channels`` are its subscription (``hookline.core.subscriptions``), only
+        meaningful with an ``app``."""
         validate_endpoint_id(endpoint_id)
+        filters, listened = validate_subscription(event_types, channels)
+        self._check_app(app)
+        self._check_catalog(filters)
         now = time.time()
         endpoint = Endpoint(
             id=endpoint_id,
@@ -294,16 +353,57 @@ class EndpointRegistry:
             burst=None if burst is None else validate_burst(burst),
             created_at=now,
             updated_at=now,
+            app=app,
+            event_types=filters,
+            channels=listened,
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
         # (a failure in between) is skipped by every reader, never half an endpoint.
+        # The application's index too, before the hash, for the same reason (its readers
+        # keep only endpoints whose hash names that application).
         self.redis.sadd(self._index_key(endpoint_id), endpoint_id)
+        if app:
+            self.redis.sadd(keys.app_endpoints_key(app), endpoint_id)
         script = self.redis.register_script(store.load_script("add_endpoint"))
         flat = [item for pair in endpoint.to_hash().items() for item in pair]
         if not script(keys=[keys.endpoint_key(endpoint_id)], args=flat):
             raise EndpointError(f"endpoint {endpoint_id!r} exists already: use 'endpoint update'")
         return endpoint
+
+    def _check_app(self, app: str | None) -> None:
+        if app is None:
+            return
+        try:
+            check_app_id(app)
+        except SubscriptionError as exc:
+            raise EndpointError(str(exc), "app") from None
+        if not self.redis.exists(keys.app_key(app)):
+            raise UnknownApp(app)
+
+    def _check_catalog(self, filters: tuple[str, ...]) -> None:
+        """Once the event catalog holds any type, a filter must match one of them: a typo
+        would otherwise subscribe the endpoint to nothing, silently."""
+        if not filters:
+            return
+        catalog = self.redis.hkeys(keys.CATALOG_KEY)
+        unknown = unknown_filters(filters, catalog) if catalog else []
+        if unknown:
+            raise EndpointError(
+                f"event filter {unknown[0]!r} matches no type in the event catalog: register "
+                f"the type first ('hookline event-type add'), or see 'hookline event-type list'",
+                "events")
+
+    def members(self, app_id: str) -> list[Endpoint]:
+        """The endpoints of application ``app_id``, sorted by id (an id indexed whose hash
+        is gone, or names another application, is skipped)."""
+        ids = sorted(self.redis.smembers(keys.app_endpoints_key(app_id)))
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in ids:
+            pipe.hgetall(keys.endpoint_key(endpoint_id))
+        found = [Endpoint.from_hash(endpoint_id, data)
+                 for endpoint_id, data in zip(ids, pipe.execute(), strict=True) if data]
+        return [endpoint for endpoint in found if endpoint.app == app_id]
 
     def _index_key(self, endpoint_id: str) -> str:
         return keys.endpoint_index_key(endpoint_id, settings().state_shards)
@@ -342,11 +442,26 @@ class EndpointRegistry:
         retry_policy: Mapping[str, Any] | None = None,
         rate: str | None = None,
         burst: int | None = None,
+        app: str | None = None,
+        event_types: Names = None,
+        channels: Names = None,
     ) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
-        ``rate="none"`` removes the rate limit."""
+        ``rate="none"`` removes the rate limit, ``app=""`` (or ``"none"``) takes the endpoint
+        out of its application, ``event_types`` / ``channels`` ``"none"`` (or empty) clear
+        the filter. A new subscription applies to events published after it."""
         endpoint = self.require(endpoint_id)
         changes: dict[str, Any] = {"updated_at": time.time()}
+        if event_types is not None or channels is not None:
+            filters, listened = validate_subscription(event_types, channels)
+            if event_types is not None:
+                self._check_catalog(filters)
+                changes["event_types"] = filters
+            if channels is not None:
+                changes["channels"] = listened
+        if app is not None:
+            changes["app"] = None if app in ("", "none") else app
+            self._check_app(changes["app"])
         if url is not None:
             changes["url"] = check_target(validate_url(url))
         if secret is not None:
@@ -362,7 +477,13 @@ class EndpointRegistry:
             changes["retry_policy"] = validate_policy_override(
                 {**endpoint.retry_policy, **retry_policy}
             )
-        return self._save(replace(endpoint, **changes))
+        moved = "app" in changes and changes["app"] != endpoint.app
+        if moved and changes["app"]:
+            self.redis.sadd(keys.app_endpoints_key(changes["app"]), endpoint_id)
+        saved = self._save(replace(endpoint, **changes))
+        if moved and endpoint.app:
+            self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)
+        return saved
 
     def rotate_secret(self, endpoint_id: str, *, secret: str | None = None,
                       overlap: float | None = None) -> tuple[Endpoint, str]:
@@ -403,12 +524,14 @@ class EndpointRegistry:
     def remove(self, endpoint_id: str) -> None:
         """Forget the endpoint. (``retries.remove_endpoint`` also moves its scheduled retries
         to the dead-letter queue.)"""
-        self.require(endpoint_id)
-        # The endpoint's own keys share its slot: one DEL removes it whole; the index entry
-        # (another slot on a Redis Cluster) goes after, and readers skip an id left without
+        endpoint = self.require(endpoint_id)
+        # The endpoint's own keys share its slot: one DEL removes it whole; the index entries
+        # (other slots on a Redis Cluster) go after, and readers skip an id left without
         # its hash.
         self.redis.delete(*keys.endpoint_owned_keys(endpoint_id))
         self.redis.srem(self._index_key(endpoint_id), endpoint_id)
+        if endpoint.app:
+            self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)
 
     def _save(self, endpoint: Endpoint) -> Endpoint:
         key = keys.endpoint_key(endpoint.id)
