@@ -16,6 +16,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from hookline import __version__
+from hookline.cli.apps import app, event_type, publish_command, subscription_text
 from hookline.cli.breaker import breaker, breaker_json, describe
 from hookline.cli.dlq import dlq
 from hookline.cli.event import describe_last_error, describe_recent, event
@@ -95,6 +96,11 @@ RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
 RATE_HELP = ("Most requests to this endpoint from all workers together: N/s, N/m or N/h "
              "(e.g. 50/s, 3000/m)")
 BURST_HELP = "Requests that may go out back to back before the rate spaces them"
+APP_HELP = "The application the endpoint belongs to ('hookline publish APP' reaches it)"
+EVENTS_HELP = ("Event types it receives, comma-separated: exact (order.created), a prefix "
+               "ending in '.*' (order.*) or '*'")
+CHANNELS_HELP = ("Channels it listens to, comma-separated: it receives only events carrying "
+                 "one of them")
 
 
 @click.group(cls=HooklineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,6 +120,9 @@ main.add_command(event)
 main.add_command(metrics_command)
 main.add_command(stats)
 main.add_command(worker_command)
+main.add_command(app)
+main.add_command(publish_command)
+main.add_command(event_type)
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -158,15 +167,25 @@ def checked_rate(rate: str | None) -> str | None:
 @click.option("--rate", metavar="N/s|N/m|N/h", help=RATE_HELP + "; no limit when omitted.")
 @click.option("--burst", type=int, metavar="N",
               help=BURST_HELP + " (default: the registry's).")
+@click.option("--app", "app_id", metavar="APP", help=APP_HELP + ".")
+@click.option("--events", metavar="TYPES", help=EVENTS_HELP + "; every type when omitted.")
+@click.option("--channels", metavar="CHANNELS",
+              help=CHANNELS_HELP + "; no channel filter when omitted.")
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
-                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None
-                 ) -> None:
+                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
+                 app_id: str | None, events: str | None, channels: str | None) -> None:
     """Register endpoint ID. Without --secret a secret is generated and printed once."""
     # Without --burst the registry's own default applies.
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
-                                   retry_policy=retry_policy, rate=checked_rate(rate), **extra)
-    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}")
+                                   retry_policy=retry_policy, rate=checked_rate(rate),
+                                   app=app_id, event_types=events, channels=channels, **extra)
+    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}"
+               + (f" in application {added.app} ({subscription_text(added)})"
+                  if added.app else ""))
+    if not added.app and (added.event_types or added.channels):
+        click.echo("warning: --events and --channels choose what 'hookline publish' sends; "
+                   "they have no effect without --app", err=True)
     if added.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
     if not secret:
@@ -221,6 +240,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("retry window", f"{policy.window():g}s"),
         ("rate", item.rate or "no limit"),
         ("burst", _burst(item)),
+        ("application", item.app),
+        ("subscription", subscription_text(item) if item.app else None),
         ("created", format_time(item.created_at)),
         ("updated", format_time(item.updated_at)),
         ("breaker", describe(status)),
@@ -239,19 +260,28 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
               help=RETRY_POLICY_HELP + " Merged into the current overrides.")
 @click.option("--rate", metavar="N/s|N/m|N/h|none", help=RATE_HELP + "; 'none' removes it.")
 @click.option("--burst", type=int, metavar="N", help=BURST_HELP + ".")
+@click.option("--app", "app_id", metavar="APP|none", help=APP_HELP + "; 'none' takes it out.")
+@click.option("--events", metavar="TYPES|none", help=EVENTS_HELP + "; 'none': every type.")
+@click.option("--channels", metavar="CHANNELS|none",
+              help=CHANNELS_HELP + "; 'none': no channel filter.")
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     timeout: float | None, retry_policy: dict[str, Any] | None,
-                    rate: str | None, burst: int | None) -> None:
-    """Change endpoint ID; pending retries use the new values at their next attempt."""
+                    rate: str | None, burst: int | None, app_id: str | None,
+                    events: str | None, channels: str | None) -> None:
+    """Change endpoint ID; pending retries use the new values at their next attempt (a new
+    subscription applies to events published after it)."""
     changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
-               "rate": rate, "burst": burst}
+               "rate": rate, "burst": burst, "app": app_id, "events": events,
+               "channels": channels}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
-                               "--retry-policy, --rate or --burst")
+                               "--retry-policy, --rate, --burst, --app, --events or "
+                               "--channels")
     updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
                                         retry_policy=retry_policy, rate=checked_rate(rate),
-                                        burst=burst)
+                                        burst=burst, app=app_id, event_types=events,
+                                        channels=channels)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
     if updated.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without a rate", err=True)
