@@ -1,0 +1,129 @@
+"""The fan-out's record and cursor on the real Redis, no worker (a database of its own): the
+receivers fixed at publish, a resumed fan-out enqueuing only what its cursor had not reached,
+a finished one enqueuing nothing, and Redis round trips that do not grow with the endpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from hookline import publish
+from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME
+from hookline.delivery.fanout import expand
+from hookline.store import keys
+from hookline.store.apps import AppInUse, AppRegistry
+from hookline.store.endpoints import EndpointRegistry
+from hookline.store.fanouts import FanoutLog
+
+
+def queued(client) -> list[tuple[str, str, str]]:
+    """(task name, first argument, event id) of each message on the delivery queue, oldest
+    first."""
+    found = []
+    for text in reversed(client.lrange(DELIVERY_QUEUE, 0, -1)):
+        headers = json.loads(text)["headers"]
+        found.append((headers["task"], headers.get("hookline_endpoint") or "",
+                      headers.get("hookline_event") or ""))
+    return found
+
+
+@pytest.fixture
+def app_of_twenty(quiet_redis):
+    AppRegistry().add("tenant")
+    registry = EndpointRegistry()
+    for n in range(20):
+        registry.add(f"ep-{n:02d}", f"http://127.0.0.1:9/{n}", app="tenant",
+                     event_types="order.*" if n % 2 else None)
+    return quiet_redis
+
+
+def test_publish_records_the_receivers_and_enqueues_one_fanout_task(app_of_twenty):
+    event_id = publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+    record = FanoutLog().get("tenant", event_id)
+    assert record.receivers == tuple(f"ep-{n:02d}" for n in range(20))
+    assert record.cursor == 0 and record.payload == '{"n":1}'
+    assert queued(app_of_twenty) == [(FANOUT_TASK_NAME, "", "")]
+    # Only the endpoints without a filter receive another type.
+    other = publish("tenant", "user.created", {}, event_id="e-2")
+    assert FanoutLog().get("tenant", other).receivers == tuple(
+        f"ep-{n:02d}" for n in range(0, 20, 2))
+
+
+def test_a_fan_out_resumes_after_its_last_recorded_batch(app_of_twenty):
+    publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    log = FanoutLog()
+    # As if a worker had enqueued the first two batches of 3, recorded them, then died.
+    log.advance("tenant", "e-1", 6, 20)
+    assert expand("tenant", "e-1", batch=3) == 14
+    assert [endpoint for _, endpoint, _ in queued(app_of_twenty)] == [
+        f"ep-{n:02d}" for n in range(6, 20)]
+    record = log.get("tenant", "e-1")
+    assert record.finished and record.payload is None and record.finished_at
+    assert expand("tenant", "e-1") == 0  # a redelivered fan-out task: nothing more
+    assert len(queued(app_of_twenty)) == 14
+    # The cursor never moves back (a slower twin of the fan-out task).
+    assert log.advance("tenant", "e-1", 3, 20) == 20
+
+
+def test_republishing_an_unfinished_fan_out_resumes_it_and_a_finished_one_adds_nothing(
+        app_of_twenty):
+    publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+    publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+    assert [name for name, _, _ in queued(app_of_twenty)] == [FANOUT_TASK_NAME] * 2
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    assert expand("tenant", "e-1") == 20
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+    assert queued(app_of_twenty) == []
+
+
+def test_deliveries_carry_the_event_id_and_ids_only_in_the_fanout_task(app_of_twenty):
+    publish("tenant", "order.created", {"secret-looking": "x"}, event_id="e-1")
+    [message] = [json.loads(text) for text in app_of_twenty.lrange(DELIVERY_QUEUE, 0, -1)]
+    assert message["headers"]["argsrepr"] == repr(("tenant", "e-1"))
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    expand("tenant", "e-1")
+    events = {event for _, _, event in queued(app_of_twenty)}
+    assert events == {"e-1"}
+
+
+def round_trips(monkeypatch, action) -> int:
+    """Requests this process writes to Redis while ``action`` runs (a pipeline is one; the
+    state client's and the broker's connections alike)."""
+    sent = []
+    original = redis.connection.Connection.send_packed_command
+
+    def counted(self, command, check_health=True):
+        sent.append(1)
+        return original(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counted)
+    action()
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", original)
+    return len(sent)
+
+
+def test_publish_and_fan_out_cost_round_trips_that_do_not_grow_per_endpoint(quiet_redis,
+                                                                           monkeypatch):
+    registry = EndpointRegistry()
+    for app_id, count in (("small", 5), ("large", 400)):
+        AppRegistry().add(app_id)
+        for n in range(count):
+            registry.add(f"{app_id}-{n:03d}", f"http://127.0.0.1:9/{n}", app=app_id)
+    publish("small", "order.created", {}, event_id="warm-up")  # scripts loaded, pools open
+    expand("small", "warm-up")
+    cost = {app_id: round_trips(monkeypatch, lambda app_id=app_id: (
+        publish(app_id, "order.created", {"n": 1}, event_id="e-1"), expand(app_id, "e-1")))
+        for app_id in ("small", "large")}
+    assert len(queued(quiet_redis)) == 3 + 5 + 5 + 400  # three fan-out tasks, deliveries
+    print(f"\nround trips, publish + fan-out: {cost}")
+    assert cost["large"] <= cost["small"] + 2, cost
+
+
+def test_an_application_with_endpoints_cannot_be_removed(app_of_twenty):
+    with pytest.raises(AppInUse, match="still has 20 endpoint"):
+        AppRegistry().remove("tenant")
+    assert app_of_twenty.sismember(keys.app_endpoints_key("tenant"), "ep-00")
