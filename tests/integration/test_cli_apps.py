@@ -116,8 +116,8 @@ def test_publish_refuses_bad_input_with_a_specific_error(shop, args, message):
 
 def test_publish_refuses_a_used_id_with_other_content(shop):
     succeeds("publish", "shop", "--type", "order.created", "--payload", "{}", "--id", "e1")
-    assert "e1" == succeeds("publish", "shop", "--type", "order.created", "--payload", "{}",
-                            "--id", "e1").stdout.strip()
+    assert succeeds("publish", "shop", "--type", "order.created", "--payload", "{}",
+                            "--id", "e1").stdout.strip() == "e1"
     assert "already published to application 'shop'" in fails(
         "publish", "shop", "--type", "order.created", "--payload", '{"x": 1}', "--id",
         "e1").stderr

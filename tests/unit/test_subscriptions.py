@@ -82,7 +82,7 @@ def test_an_application_id_follows_the_endpoint_id_rules(bad):
 
 def test_a_catalog_type_name_has_no_wildcard():
     assert check_type_name("order.created") == "order.created"
-    with pytest.raises(SubscriptionError, match="event type 'order.\\*' is invalid"):
+    with pytest.raises(SubscriptionError, match=r"event type 'order\.\*' is invalid"):
         check_type_name("order.*")
 
 
