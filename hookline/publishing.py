@@ -96,8 +96,7 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
         raise WebhookInputError(str(exc), exc.field) from None
     registry = EndpointRegistry()
     _check_catalog(registry.redis, event_type, json.loads(text))
-    receivers = tuple(endpoint.id for endpoint in registry.members(app_id)
-                      if endpoint.enabled and endpoint.subscribes_to(event_type, listed))
+    receivers = tuple(registry.receivers(app_id, event_type, listed))
     event = PublishedEvent(app_id=app_id, event_id=event_id, event_type=event_type,
                            payload=text, channels=listed, deadline=deadline_ts,
                            receivers=receivers, cursor=0, published_at=time.time(),

@@ -394,6 +394,21 @@ class EndpointRegistry:
                 f"the type first ('hookline event-type add'), or see 'hookline event-type list'",
                 "events")
 
+    def receivers(self, app_id: str, event_type: str, channels: Sequence[str]) -> list[str]:
+        """The ids of application ``app_id``'s enabled endpoints whose subscription matches
+        an event of ``event_type`` carrying ``channels``, sorted: two round trips, reading
+        only the fields that decide (``hookline.publish``)."""
+        ids = sorted(self.redis.smembers(keys.app_endpoints_key(app_id)))
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in ids:
+            pipe.hmget(keys.endpoint_key(endpoint_id), "app", "enabled", "event_types",
+                       "channels")
+        return [endpoint_id for endpoint_id, (owner, enabled, filters, listened)
+                in zip(ids, pipe.execute(), strict=True)
+                if owner == app_id and enabled == "1" and subscribed(
+                    json.loads(filters or "[]"), json.loads(listened or "[]"), event_type,
+                    channels)]
+
     def members(self, app_id: str) -> list[Endpoint]:
         """The endpoints of application ``app_id``, sorted by id (an id indexed whose hash
         is gone, or names another application, is skipped)."""

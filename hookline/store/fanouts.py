@@ -103,6 +103,7 @@ class FanoutLog:
         self.redis: Any = redis_client or store.client()
         self._record = self.redis.register_script(store.load_script("publish_event"))
         self._advance = self.redis.register_script(store.load_script("advance_fanout"))
+        self._push = self.redis.register_script(store.load_script("push_fanout"))
 
     def record(self, event: PublishedEvent, digest: str) -> Outcome:
         """Record ``event`` unless its id is taken (one round trip)."""
@@ -123,6 +124,15 @@ class FanoutLog:
         """Record that the first ``cursor`` receivers' deliveries are enqueued."""
         return int(self._advance(keys=[keys.published_key(app_id, event_id)],
                                  args=[cursor, total, repr(time.time())]))
+
+    def push(self, app_id: str, event_id: str, cursor: int, total: int, messages: list[str],
+             *, queue: str) -> int:
+        """Push ``messages`` (broker messages of the receivers from ``cursor`` on) onto
+        ``queue`` in this Redis and move the cursor past them, atomically, unless the cursor
+        is no longer ``cursor``; returns the cursor now recorded."""
+        return int(self._push(
+            keys=[keys.published_key(app_id, event_id), queue, keys.doorbell_key(queue)],
+            args=[cursor, total, repr(time.time()), *messages]))
 
     def find(self, event_id: str) -> list[PublishedEvent]:
         """Every application's record of ``event_id``: a keyspace scan (an operator's
