@@ -127,3 +127,29 @@ def test_an_application_with_endpoints_cannot_be_removed(app_of_twenty):
     with pytest.raises(AppInUse, match="still has 20 endpoint"):
         AppRegistry().remove("tenant")
     assert app_of_twenty.sismember(keys.app_endpoints_key("tenant"), "ep-00")
+
+
+def test_with_a_separate_broker_the_fan_out_goes_through_the_producer(quiet_redis):
+    """A broker other than Hookline's Redis: batches are published through one producer,
+    then counted; the deliveries land on that broker's queue."""
+    from hookline.core import config
+    from tests.conftest import emptied, isolated_url
+
+    broker_url = isolated_url(14)
+    broker = emptied(broker_url)
+    state_url = config.settings().redis_url
+    config.configure({"REDIS_URL": state_url, "HOOKLINE_BROKER_URL": broker_url})
+    try:
+        AppRegistry().add("tenant")
+        for n in range(7):
+            EndpointRegistry().add(f"ep-{n}", f"http://127.0.0.1:9/{n}", app="tenant")
+        publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+        broker.delete(DELIVERY_QUEUE)
+        assert expand("tenant", "e-1", batch=3) == 7
+        assert [endpoint for _, endpoint, _ in queued(broker)] == [f"ep-{n}" for n in range(7)]
+        assert queued(quiet_redis) == []
+        assert FanoutLog().get("tenant", "e-1").finished
+    finally:
+        config.configure({"REDIS_URL": state_url, "HOOKLINE_BROKER_URL": state_url})
+        emptied(broker_url).close()
+        broker.close()
