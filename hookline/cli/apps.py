@@ -171,8 +171,9 @@ def event_type_show(name: str, as_json: bool) -> None:
         return
     echo_fields([("type", item.name), ("description", item.description or None),
                  ("created", format_time(item.created_at)),
-                 ("schema", json.dumps(json.loads(item.schema), indent=2)
-                  if item.schema else "none")])
+                 ("schema", None if item.schema else "none")])
+    if item.schema:
+        click.echo(json.dumps(json.loads(item.schema), indent=2, ensure_ascii=True))
 
 
 @event_type.command("remove")
