@@ -171,7 +171,7 @@ def event_type_show(name: str, as_json: bool) -> None:
         return
     echo_fields([("type", item.name), ("description", item.description or None),
                  ("created", format_time(item.created_at)),
-                 ("schema", None if item.schema else "none")])
+                 ("schema", "(below)" if item.schema else "none")])
     if item.schema:
         click.echo(json.dumps(json.loads(item.schema), indent=2, ensure_ascii=True))
 
