@@ -27,7 +27,7 @@ from hookline.core.config import settings
 from hookline.core.errors import InvalidField
 from hookline.core.event import check_deadline, check_event_id, check_event_type, check_payload
 from hookline.core.identity import content_digest
-from hookline.core.schemas import violation
+from hookline.core.schemas import first_violation
 from hookline.core.subscriptions import (
     MAX_EVENT_CHANNELS,
     check_app_id,
@@ -50,10 +50,10 @@ class UnknownApplication(WebhookInputError):
 class SchemaViolation(WebhookInputError):
     """The payload breaks its event type's JSON Schema; :attr:`path` is where (JSONPath)."""
 
-    def __init__(self, event_type: str, problem: str) -> None:
+    def __init__(self, event_type: str, path: str, problem: str) -> None:
         super().__init__(f"payload does not match the schema of event type {event_type!r}: "
-                         f"{problem}", "payload")
-        self.path = problem.split(":", 1)[0]
+                         f"{path}: {problem}", "payload")
+        self.path = path
 
 
 class PublishedEventConflict(WebhookInputError):
@@ -97,10 +97,11 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
     registry = EndpointRegistry()
     _check_catalog(registry.redis, event_type, json.loads(text))
     receivers = tuple(registry.receivers(app_id, event_type, listed))
+    # No receivers: the fan-out has ended already, so the payload is not kept.
     event = PublishedEvent(app_id=app_id, event_id=event_id, event_type=event_type,
-                           payload=text, channels=listed, deadline=deadline_ts,
-                           receivers=receivers, cursor=0, published_at=time.time(),
-                           finished_at=None)
+                           payload=text if receivers else None, channels=listed,
+                           deadline=deadline_ts, receivers=receivers, cursor=0,
+                           published_at=time.time(), finished_at=None)
     outcome = FanoutLog(registry.redis).record(event, _digest(event_type, text, listed))
     if outcome.result is Recorded.MISSING:
         raise UnknownApplication(app_id)
@@ -121,9 +122,9 @@ def _check_catalog(redis_client: Any, event_type: str, payload: Any) -> None:
         raise WebhookInputError(f"event type {event_type!r} is not in the event catalog: "
                                 "register it with 'hookline event-type add' (see 'hookline "
                                 "event-type list')", "event_type")
-    problem = violation(entry.schema, payload) if entry.schema else None
-    if problem:
-        raise SchemaViolation(event_type, problem)
+    found = first_violation(entry.schema, payload) if entry.schema else None
+    if found:
+        raise SchemaViolation(event_type, *found)
 
 
 def _digest(event_type: str, text: str, channels: tuple[str, ...]) -> str:

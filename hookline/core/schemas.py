@@ -59,12 +59,19 @@ def _validator(schema_text: str) -> Any:
     return cls(schema)
 
 
-def violation(schema_text: str, payload: Any) -> str | None:
-    """Why ``payload`` breaks the schema (the first error, by its path), or None."""
+def first_violation(schema_text: str, payload: Any) -> tuple[str, str] | None:
+    """Where and why ``payload`` breaks the schema: the JSONPath of the first error (the
+    shallowest, then by path) and its message (cut to 200 characters), or None."""
     errors = sorted(_validator(schema_text).iter_errors(payload),
                     key=lambda error: (len(error.path), list(map(str, error.path))))
     if not errors:
         return None
     first = errors[0]
     message = first.message if len(first.message) <= 200 else first.message[:200] + "..."
-    return f"{json_path(first.path)}: {message}"
+    return json_path(first.path), message
+
+
+def violation(schema_text: str, payload: Any) -> str | None:
+    """``$.path: message`` of :func:`first_violation`, or None."""
+    found = first_violation(schema_text, payload)
+    return None if found is None else f"{found[0]}: {found[1]}"

@@ -110,13 +110,14 @@ class AppRegistry:
                   description=_checked_text("description", description,
                                             MAX_DESCRIPTION_LENGTH),
                   created_at=time.time())
-        # Index first, then the hash in one script that refuses an existing one (the same
-        # order, and for the same reason, as the endpoint registry's).
+        # Index first, then the hash (the same order, and for the same reason, as the endpoint
+        # registry's: readers skip an indexed id without a hash). HSETNX of created_at claims
+        # the id, so two adds of one id cannot both succeed.
         self.redis.sadd(keys.APP_INDEX, app_id)
-        script = self.redis.register_script(store.load_script("add_endpoint"))
-        flat = [item for pair in app.to_hash().items() for item in pair]
-        if not script(keys=[keys.app_key(app_id)], args=flat):
+        fields = app.to_hash()
+        if not self.redis.hsetnx(keys.app_key(app_id), "created_at", fields.pop("created_at")):
             raise AppError(f"application {app_id!r} exists already")
+        self.redis.hset(keys.app_key(app_id), mapping=fields)
         return app
 
     def get(self, app_id: str) -> App | None:

@@ -17,7 +17,7 @@ import pytest
 from examples.receiver import Reply, always
 from hookline import publish
 from hookline.core import config
-from hookline.store import keys
+from hookline.store import delivery
 from hookline.store.apps import AppRegistry
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.fanouts import FanoutLog
@@ -45,11 +45,9 @@ def finished_fanouts(log: FanoutLog, event_ids: list[str]) -> int:
 
 
 def delivered(client, endpoint_ids: list[str], event_ids: list[str]) -> int:
-    pipe = client.pipeline(transaction=False)
-    for endpoint_id in endpoint_ids:
-        for event_id in event_ids:
-            pipe.exists(keys.done_key(endpoint_id, event_id))
-    return sum(pipe.execute())
+    return sum(delivery.delivered(client, [(endpoint_id, event_id)
+                                           for endpoint_id in endpoint_ids
+                                           for event_id in event_ids]))
 
 
 def test_sigkill_during_fan_out_loses_no_delivery_and_duplicates_only_in_flight_ones(
