@@ -153,3 +153,34 @@ def test_with_a_separate_broker_the_fan_out_goes_through_the_producer(quiet_redi
         config.configure({"REDIS_URL": state_url, "HOOKLINE_BROKER_URL": state_url})
         emptied(broker_url).close()
         broker.close()
+
+
+@pytest.mark.parametrize(("arguments", "field", "message"), [
+    (("nowhere", "order.created", {}), "app_id", "no application 'nowhere'"),
+    (("bad app", "order.created", {}), "app_id", "application id 'bad app' is invalid"),
+    (("tenant", "order\ncreated", {}), "event_type", "event type"),
+    (("tenant", "order.created", {"when": object()}), "payload", "not JSON-serialisable"),
+    (("tenant", "order.created", {"blob": "x" * 300_000}), "payload", "the limit is"),
+    (("tenant", "order.created", float("nan")), "payload", "not JSON-serialisable"),
+])
+def test_publish_refuses_bad_input_naming_the_field(app_of_twenty, arguments, field, message):
+    from hookline import WebhookInputError
+
+    with pytest.raises(WebhookInputError, match=message) as refused:
+        publish(*arguments)
+    assert refused.value.field == field
+    assert queued(app_of_twenty) == []
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"channels": ["e u"]}, "channels"),
+    ({"channels": [f"c{n}" for n in range(11)]}, "channels"),
+    ({"event_id": "has space"}, "event_id"),
+    ({"deadline": "tomorrow"}, "deadline"),
+])
+def test_publish_refuses_bad_options_naming_the_field(app_of_twenty, options, field):
+    from hookline import WebhookInputError
+
+    with pytest.raises(WebhookInputError) as refused:
+        publish("tenant", "order.created", {}, **options)
+    assert refused.value.field == field
