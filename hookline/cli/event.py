@@ -91,10 +91,11 @@ def event_show(event_id: str, endpoint_id: str | None, app_id: str | None,
     event_id = recorded_id(event_id)  # an overlong id is recorded by its start and length
     view = EventView()
     fanouts = FanoutLog(view.redis)
+    published: list[PublishedEvent] = []
     if app_id:
         record = fanouts.get(app_id, event_id)
         published = [record] if record is not None else []
-    else:
+    elif not endpoint_id:  # one endpoint's delivery needs no search for the publication
         published = fanouts.find(event_id)
     if published and not endpoint_id:
         _show_published(view, published, as_json)
