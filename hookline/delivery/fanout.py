@@ -87,34 +87,60 @@ def _push_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size:
     return enqueued
 
 
+#: Stand-ins for what differs from one delivery's message to the next (JSON-safe text).
+_TASK_ID, _ENDPOINT, _ARGSREPR, _TAG, _BODY = (f"@@hookline-{name}@@" for name in
+                                               ("task-id", "endpoint", "argsrepr", "tag", "body"))
+
+
 class DeliveryMessages:
     """The broker messages of one event's deliveries, as kombu's Redis transport writes them
-    (``hookline.store.schedule.build_message``): Celery builds the first one; the others
-    differ only in the endpoint, the task id and the delivery tag, so they are made from it
-    without building each through Celery again (a fifth of the cost)."""
+    (``hookline.store.schedule.build_message``). Celery builds one; the others differ only in
+    the endpoint, the task id, ``argsrepr``, the delivery tag and the body's first argument,
+    so they are that message's JSON text with those filled in: a tenth of building each one
+    through Celery."""
 
     def __init__(self, app: Any, event: PublishedEvent, payload: Any, size: int) -> None:
-        self.event, self.payload, self.size = event, payload, size
+        self.event, self.size, self.app, self.payload = event, size, app, payload
+        # An id or type holding a stand-in's text would be filled in too: build those whole.
+        self.whole = "@@hookline-" in event.event_id + event.event_type
         kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline})
         template = json.loads(build_message(
-            app, task_name=TASK_NAME, task_id=event.event_id,
-            args=("", event.event_type, payload), kwargs=kwargs, retries=0,
-            queue=DELIVERY_QUEUE, argsrepr=""))
-        _args, self.kwargs, self.embed = json.loads(base64.b64decode(template.pop("body")))
-        self.template = template
+            app, task_name=TASK_NAME, task_id=_TASK_ID, args=(_ENDPOINT, event.event_type, payload),
+            kwargs=kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR))
+        _args, kwargs, embed = json.loads(base64.b64decode(template["body"]))
+        # The body: [[endpoint id, type, payload], kwargs, embed], the endpoint id put in front.
+        self.body_tail = json_dumps([event.event_type, payload])[1:] + ", " + json_dumps(
+            kwargs) + ", " + json_dumps(embed) + "]"
+        template["body"] = _BODY
+        template["headers"]["hookline_endpoint"] = _ENDPOINT
+        template["properties"]["delivery_tag"] = _TAG
+        self.text = str(json_dumps(template))
+        for stand_in in (_TASK_ID, _ENDPOINT, _ARGSREPR, _TAG, _BODY):
+            if f'"{stand_in}"' not in self.text:  # a Celery that lays messages out otherwise
+                raise RuntimeError(f"fan-out message template lacks {stand_in}")
 
     def build(self, endpoint_id: str) -> str:
         task_id = f"{endpoint_id}/{self.event.event_id}"
-        headers = {**self.template["headers"], "id": task_id, "root_id": task_id,
-                   "hookline_endpoint": endpoint_id,
-                   "argsrepr": shown_args(endpoint_id, self.event.event_type, None,
-                                          size=self.size)}
-        properties = {**self.template["properties"], "correlation_id": task_id,
-                      "delivery_tag": uuid()}
-        body = json_dumps([[endpoint_id, self.event.event_type, self.payload], self.kwargs,
-                           self.embed])
-        return str(json_dumps({**self.template, "headers": headers, "properties": properties,
-                               "body": base64.b64encode(body.encode()).decode()}))
+        argsrepr = shown_args(endpoint_id, self.event.event_type, None, size=self.size)
+        if self.whole:
+            return build_message(
+                self.app, task_name=TASK_NAME, task_id=task_id,
+                args=(endpoint_id, self.event.event_type, self.payload),
+                kwargs=stamped({"event_id": self.event.event_id,
+                                "deadline": self.event.deadline}),
+                retries=0, queue=DELIVERY_QUEUE, argsrepr=argsrepr)
+        body = f"[[{json_dumps(endpoint_id)}, {self.body_tail}"
+        return (self.text
+                .replace(_TASK_ID, _json_text(task_id))
+                .replace(_ENDPOINT, endpoint_id)  # [A-Za-z0-9_.-]: JSON-safe as it is
+                .replace(_ARGSREPR, _json_text(argsrepr))
+                .replace(_TAG, uuid())
+                .replace(_BODY, base64.b64encode(body.encode()).decode()))
+
+
+def _json_text(text: str) -> str:
+    """``text`` as the inside of a JSON string."""
+    return json.dumps(text)[1:-1]
 
 
 def _publish_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int,

@@ -184,3 +184,24 @@ def test_publish_refuses_bad_options_naming_the_field(app_of_twenty, options, fi
     with pytest.raises(WebhookInputError) as refused:
         publish("tenant", "order.created", {}, **options)
     assert refused.value.field == field
+
+
+@pytest.mark.parametrize("event_id", ['odd"id\\with/quotes', "x@@hookline-endpoint@@y"])
+def test_fan_out_messages_carry_any_event_id_exactly(app_of_twenty, event_id):
+    """The deliveries' messages are filled in from one template: an event id that needs JSON
+    escaping, or holds a stand-in's text, still arrives as it is."""
+    from hookline.store.schedule import decode_task
+
+    publish("tenant", "order.created", {"text": "é\"\\"}, event_id=event_id)
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    expand("tenant", event_id)
+    for number, text in enumerate(reversed(app_of_twenty.lrange(DELIVERY_QUEUE, 0, -1))):
+        endpoint_id = f"ep-{number:02d}"
+        task_id, args, kwargs = decode_task(text)
+        headers = json.loads(text)["headers"]
+        assert task_id == f"{endpoint_id}/{event_id}"
+        assert args == [endpoint_id, "order.created", {"text": "é\"\\"}]
+        assert kwargs["event_id"] == event_id
+        assert (headers["hookline_endpoint"], headers["hookline_event"]) == (endpoint_id,
+                                                                             event_id)
+        assert headers["argsrepr"] == repr((endpoint_id, "order.created", "<payload: 17 bytes>"))
