@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.gates
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.compare
 
 bench-schedule: $(STAMP)

@@ -6,6 +6,7 @@ All a web process needs::
 
     hookline.send_webhook("shop-42", "order.created", {"order": 1234})   # checked, then queued
     hookline.deliver.delay("shop-42", "order.created", {"order": 1234})  # queued as it is
+    hookline.publish("acme", "order.created", {"order": 1234})  # every subscribed endpoint
 
 Both publish the task ``hookline.deliver`` by name on Hookline's own Celery instance, which is
 never the process's current app. Workers run ``celery -A hookline.worker worker``. Settings
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from hookline.core.errors import HooklineError
     from hookline.delivery.publisher import deliver
     from hookline.enqueue import EventIdConflict, WebhookInputError, send_webhook
+    from hookline.publishing import PublishedEventConflict, SchemaViolation, publish
 
 _LAZY = {
     "send_webhook": "hookline.enqueue",
@@ -32,10 +34,13 @@ _LAZY = {
     "EventIdConflict": "hookline.enqueue",
     "deliver": "hookline.delivery.publisher",
     "HooklineError": "hookline.core.errors",
+    "publish": "hookline.publishing",
+    "PublishedEventConflict": "hookline.publishing",
+    "SchemaViolation": "hookline.publishing",
 }
 
-__all__ = ["EventIdConflict", "HooklineError", "WebhookInputError", "__version__", "deliver",
-           "send_webhook"]
+__all__ = ["EventIdConflict", "HooklineError", "PublishedEventConflict", "SchemaViolation",
+           "WebhookInputError", "__version__", "deliver", "publish", "send_webhook"]
 
 
 def __getattr__(name: str) -> Any:

@@ -184,7 +184,8 @@ task_default_queue = DELIVERY_QUEUE
 # on RabbitMQ they are quorum queues (hookline_queues).
 task_default_queue_type = _broker["task_default_queue_type"]
 task_queues = _broker["task_queues"]
-task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE}}
+task_routes = {"hookline.deliver": {"queue": DELIVERY_QUEUE},
+               "hookline.fanout": {"queue": DELIVERY_QUEUE}}
 
 # Task events for Flower: names and arguments (endpoint id, event type, event id: never a URL
 # or secret, which stay in the endpoint registry). The worker's are batched (HOOKLINE_EVENTS_

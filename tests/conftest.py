@@ -220,7 +220,8 @@ class Publications:
                **_: Any) -> None:
         args, kwargs, _embed = body
         self.task_ids.append(headers["id"])
-        self.events.append((routing_key, args[0], kwargs["event_id"]))
+        # A delivery: (endpoint id, ...), event_id=...; a fan-out: (app id, event id).
+        self.events.append((routing_key, args[0], kwargs.get("event_id") or args[1]))
 
     def remove_from_broker(self, client: Any) -> None:
         """Take this test's messages off the list, so that no later worker delivers them;

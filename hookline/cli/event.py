@@ -16,6 +16,7 @@ from hookline.cli.output import echo_fields, echo_json, echo_table, format_age, 
 from hookline.core.config import settings
 from hookline.core.event import recorded_id, shown
 from hookline.store.events import EventDelivery, EventView
+from hookline.store.fanouts import FanoutLog, PublishedEvent
 from hookline.store.history import RecentAttempts
 
 
@@ -77,12 +78,28 @@ def event() -> None:
 @click.option("--endpoint", "endpoint_id", metavar="ID",
               help="Only this endpoint's delivery of the event (without it, every endpoint's "
                    "keys are scanned for the event: slower on a large Redis).")
+@click.option("--app", "app_id", metavar="APP",
+              help="The application EVENT_ID was published to (without it, the published "
+                   "events of every application are scanned for it).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def event_show(event_id: str, endpoint_id: str | None, as_json: bool) -> None:
+def event_show(event_id: str, endpoint_id: str | None, app_id: str | None,
+               as_json: bool) -> None:
     """Show each kept attempt of EVENT_ID (time, status, latency, error, the start of the
-    response) and whether it was delivered, is scheduled for a retry or was dead-lettered."""
+    response) and whether it was delivered, is scheduled for a retry or was dead-lettered.
+    For an event published to an application ('hookline publish'), one line per receiver:
+    its outcome, or pending."""
     event_id = recorded_id(event_id)  # an overlong id is recorded by its start and length
     view = EventView()
+    fanouts = FanoutLog(view.redis)
+    published: list[PublishedEvent] = []
+    if app_id:
+        record = fanouts.get(app_id, event_id)
+        published = [record] if record is not None else []
+    elif not endpoint_id:  # one endpoint's delivery needs no search for the publication
+        published = fanouts.find(event_id)
+    if published and not endpoint_id:
+        _show_published(view, published, as_json)
+        return
     endpoint_ids = [endpoint_id] if endpoint_id else view.endpoints_of(event_id)
     deliveries = [view.delivery(found, event_id) for found in endpoint_ids]
     deliveries = [found for found in deliveries
@@ -103,6 +120,46 @@ def event_show(event_id: str, endpoint_id: str | None, as_json: bool) -> None:
         if number:
             click.echo()
         _echo_delivery(found)
+
+
+def _show_published(view: EventView, published: list[PublishedEvent], as_json: bool) -> None:
+    """Every receiver's outcome of a published event (an application's fan-out)."""
+    reports = []
+    for record in published:
+        deliveries = [view.delivery(endpoint_id, record.event_id)
+                      for endpoint_id in record.receivers]
+        reports.append((record, deliveries))
+    if as_json:
+        echo_json([{**record.public(), "deliveries": [
+            {**found.as_dict(), "enqueued": number < record.cursor}
+            for number, found in enumerate(deliveries)]} for record, deliveries in reports])
+        return
+    for index, (record, deliveries) in enumerate(reports):
+        if index:
+            click.echo()
+        states = [found.state for found in deliveries]
+        summary = ", ".join(f"{states.count(state)} {state.replace('_', ' ')}"
+                            for state in dict.fromkeys(states)) or "no receivers"
+        echo_fields([
+            ("event", record.event_id),
+            ("application", record.app_id),
+            ("type", record.event_type),
+            ("channels", ", ".join(record.channels) or None),
+            ("published", format_time(record.published_at)),
+            ("receivers", f"{len(record.receivers)} (fixed at publish)"),
+            ("fan-out", "finished" if record.finished
+             else f"{record.cursor} of {len(record.receivers)} deliveries enqueued"),
+            ("outcomes", summary),
+        ])
+        if not deliveries:
+            continue
+        click.echo()
+        echo_table(["endpoint", "state", "attempts", "last status"], [
+            (found.endpoint_id,
+             _state(found) if number < record.cursor or found.state != "pending"
+             else "not enqueued yet (the fan-out is in progress)",
+             len(found.attempts), found.attempts[-1].status if found.attempts else None)
+            for number, found in enumerate(deliveries)])
 
 
 def describe_recent(recent: RecentAttempts) -> str:

@@ -16,6 +16,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from hookline import __version__
+from hookline.cli.apps import app, event_type, publish_command, subscription_text
 from hookline.cli.breaker import breaker, breaker_json, describe
 from hookline.cli.dlq import dlq
 from hookline.cli.event import describe_last_error, describe_recent, event
@@ -106,6 +107,11 @@ RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
 RATE_HELP = ("Most requests to this endpoint from all workers together: N/s, N/m or N/h "
              "(e.g. 50/s, 3000/m)")
 BURST_HELP = "Requests that may go out back to back before the rate spaces them"
+APP_HELP = "The application the endpoint belongs to ('hookline publish APP' reaches it)"
+EVENTS_HELP = ("Event types it receives, comma-separated: exact (order.created), a prefix "
+               "ending in '.*' (order.*) or '*'")
+CHANNELS_HELP = ("Channels it listens to, comma-separated: it receives only events carrying "
+                 "one of them")
 
 
 @click.group(cls=HooklineGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -125,6 +131,9 @@ main.add_command(event)
 main.add_command(metrics_command)
 main.add_command(stats)
 main.add_command(worker_command)
+main.add_command(app)
+main.add_command(publish_command)
+main.add_command(event_type)
 
 
 # -- endpoints ------------------------------------------------------------------------------
@@ -193,16 +202,27 @@ def checked_rate(rate: str | None) -> str | None:
 @click.option("--burst", type=int, metavar="N",
               help=BURST_HELP + " (default: the registry's).")
 @click.option("--header", "headers", type=HeaderParam(), multiple=True, help=HEADER_HELP)
+@click.option("--app", "app_id", metavar="APP", help=APP_HELP + ".")
+@click.option("--events", metavar="TYPES", help=EVENTS_HELP + "; every type when omitted.")
+@click.option("--channels", metavar="CHANNELS",
+              help=CHANNELS_HELP + "; no channel filter when omitted.")
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
                  retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
-                 headers: tuple[tuple[str, str], ...]) -> None:
+                 headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
+                 channels: str | None) -> None:
     """Register endpoint ID. Without --secret a secret is generated and printed once."""
     # Without --burst the registry's own default applies.
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
                                    retry_policy=retry_policy, rate=checked_rate(rate),
-                                   headers=validate_headers({}, headers), **extra)
-    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}")
+                                   headers=validate_headers({}, headers), app=app_id,
+                                   event_types=events, channels=channels, **extra)
+    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}"
+               + (f" in application {added.app} ({subscription_text(added)})"
+                  if added.app else ""))
+    if not added.app and (added.event_types or added.channels):
+        click.echo("warning: --events and --channels choose what 'hookline publish' sends; "
+                   "they have no effect without --app", err=True)
     if added.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
     if not secret:
@@ -259,6 +279,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("retry window", f"{policy.window():g}s"),
         ("rate", item.rate or "no limit"),
         ("burst", _burst(item)),
+        ("application", item.app),
+        ("subscription", subscription_text(item) if item.app else None),
         ("created", format_time(item.created_at)),
         ("updated", format_time(item.updated_at)),
         ("breaker", describe(status)),
@@ -281,22 +303,31 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
               help=HEADER_HELP + " A header of the same name is replaced.")
 @click.option("--remove-header", "remove_headers", metavar="NAME", multiple=True,
               help="Stop sending header NAME (repeatable).")
+@click.option("--app", "app_id", metavar="APP|none", help=APP_HELP + "; 'none' takes it out.")
+@click.option("--events", metavar="TYPES|none", help=EVENTS_HELP + "; 'none': every type.")
+@click.option("--channels", metavar="CHANNELS|none",
+              help=CHANNELS_HELP + "; 'none': no channel filter.")
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     timeout: float | None, retry_policy: dict[str, Any] | None,
                     rate: str | None, burst: int | None, headers: tuple[tuple[str, str], ...],
-                    remove_headers: tuple[str, ...]) -> None:
-    """Change endpoint ID; pending retries use the new values at their next attempt."""
+                    remove_headers: tuple[str, ...], app_id: str | None,
+                    events: str | None, channels: str | None) -> None:
+    """Change endpoint ID; pending retries use the new values at their next attempt (a new
+    subscription applies to events published after it)."""
     changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
                "rate": rate, "burst": burst, "header": headers or None,
-               "removed header": remove_headers or None}
+               "removed header": remove_headers or None, "app": app_id, "events": events,
+               "channels": channels}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
-                               "--retry-policy, --rate, --burst, --header or --remove-header")
+                               "--retry-policy, --rate, --burst, --header, --remove-header, "
+                               "--app, --events or --channels")
     updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
                                         retry_policy=retry_policy, rate=checked_rate(rate),
                                         burst=burst, headers=dict(headers),
-                                        remove_headers=remove_headers)
+                                        remove_headers=remove_headers, app=app_id,
+                                        event_types=events, channels=channels)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
     if updated.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without a rate", err=True)

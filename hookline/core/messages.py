@@ -16,6 +16,9 @@ from hookline.core.event import MAX_KEPT_DEPTH, nested_deeper_than
 
 #: The Celery task name of one delivery.
 TASK_NAME = "hookline.deliver"
+#: The Celery task name of a fan-out: it enqueues one delivery per receiver of a published
+#: event (``hookline.publish``); its arguments are ``(app_id, event_id)``, ids only.
+FANOUT_TASK_NAME = "hookline.fanout"
 #: Queue of first deliveries.
 DELIVERY_QUEUE = "hookline"
 #: Queue of retries, kept apart so a failing endpoint's retries never wait in front of, or

@@ -1,7 +1,9 @@
 """The endpoint registry: where each subscriber's webhooks go and how they are signed.
 
-One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids. Secrets live
-only here; tasks carry the endpoint id, never its URL or secret.
+One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids, and for an
+endpoint of an application, a set of that application's endpoint ids
+(``hookline:{app:<id>}:endpoints``). Secrets live only here; tasks carry the endpoint id, never
+its URL or secret.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import math
 import secrets as random_secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,10 +25,21 @@ from hookline.core.event import check_endpoint_id, check_text
 from hookline.core.headers import masked, merge_headers
 from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
 from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+from hookline.core.subscriptions import (
+    MAX_ENDPOINT_CHANNELS,
+    SubscriptionError,
+    check_app_id,
+    parse_channels,
+    parse_filters,
+    subscribed,
+    unknown_filters,
+)
 from hookline.core.target import check_endpoint_url, parse_target
 from hookline.store import connection as store
 from hookline.store import keys
 
+#: Names given as a comma-separated string or a sequence (event filters, channels).
+Names = str | Sequence[str] | None
 SECRET_PREFIX = "whsec_"
 #: Longest reason given for disabling an endpoint, characters.
 MAX_REASON_LENGTH = 200
@@ -76,6 +89,10 @@ class Endpoint:
         kept like secrets (masked in :meth:`public`).
     :param paused_at: Unix seconds (Redis time) since when the endpoint is paused, or None.
     :param pauses: the latest ended pauses, ((start, end), ...) in Unix seconds.
+    :param app: the application it belongs to (``hookline.publish`` reaches it), or None.
+    :param event_types: its event-type filter (``order.created``, ``order.*``); empty: every
+        type (``hookline.core.subscriptions``).
+    :param channels: the channels it listens to; empty: no channel filter.
     """
 
     id: str
@@ -93,6 +110,9 @@ class Endpoint:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may be credentials
     paused_at: float | None = None
     pauses: tuple[tuple[float, float], ...] = ()
+    app: str | None = None
+    event_types: tuple[str, ...] = ()
+    channels: tuple[str, ...] = ()
 
     @property
     def paused(self) -> bool:
@@ -102,6 +122,10 @@ class Endpoint:
         """Seconds of [since, until] the endpoint was paused (the age limit leaves them out)."""
         periods = [*self.pauses, *([(self.paused_at, until)] if self.paused_at else [])]
         return sum(max(0.0, min(end, until) - max(start, since)) for start, end in periods)
+
+    def subscribes_to(self, event_type: str, channels: tuple[str, ...] | list[str]) -> bool:
+        """Whether a published event of this type with these channels is for this endpoint."""
+        return subscribed(self.event_types, self.channels, event_type, channels)
 
     def policy(self) -> RetryPolicy:
         return settings().retry_policy.replace(self.retry_policy)
@@ -139,6 +163,9 @@ class Endpoint:
             "headers": json.dumps(dict(self.headers)),
             # paused_at and pauses are written by pause_endpoint.lua only, never here: saving
             # an endpoint read before a pause must not undo it.
+            "app": self.app or "",
+            "event_types": json.dumps(list(self.event_types)),
+            "channels": json.dumps(list(self.channels)),
         }
 
     @classmethod
@@ -163,6 +190,9 @@ class Endpoint:
             paused_at=int(data["paused_at"]) / 1000.0 if data.get("paused_at") else None,
             pauses=tuple((start / 1000.0, end / 1000.0)
                          for start, end in json.loads(data.get("pauses") or "[]")),
+            app=data.get("app") or None,
+            event_types=tuple(json.loads(data.get("event_types") or "[]")),
+            channels=tuple(json.loads(data.get("channels") or "[]")),
         )
 
     def public(self) -> dict[str, Any]:
@@ -184,6 +214,9 @@ class Endpoint:
             "headers": masked(self.headers),
             "paused": self.paused,
             "paused_at": self.paused_at,
+            "app": self.app,
+            "event_types": list(self.event_types),
+            "channels": list(self.channels),
         }
 
 
@@ -309,6 +342,23 @@ def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return dict(overrides)
 
 
+def validate_subscription(event_types: Any, channels: Any) -> tuple[tuple[str, ...],
+                                                                      tuple[str, ...]]:
+    """An endpoint's event-type filter and channels, checked (None: none)."""
+    try:
+        return (parse_filters(event_types),
+                parse_channels(channels, limit=MAX_ENDPOINT_CHANNELS))
+    except SubscriptionError as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+class UnknownApp(EndpointError):
+    def __init__(self, app_id: str) -> None:
+        super().__init__(f"no application {app_id!r}: add it with 'hookline app add {app_id}'",
+                         "app")
+        self.app_id = app_id
+
+
 class EndpointRegistry:
     """Endpoints in Redis: ``hookline:{ep}:endpoint`` hashes and the endpoint index
     (``hookline:endpoints``; one set per shard on a Redis Cluster, ``keys.endpoint_index_keys``)."""
@@ -327,10 +377,19 @@ class EndpointRegistry:
         rate: str | None = None,
         burst: int | None = None,
         headers: Mapping[str, str] | None = None,
+        app: str | None = None,
+        event_types: Names = None,
+        channels: Names = None,
     ) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given. ``headers``: extra
-        request headers (name -> value; :mod:`hookline.core.headers` says which are refused)."""
+        request headers (name -> value; :mod:`hookline.core.headers` says which are refused).
+        ``app`` makes it one of that application's endpoints (the application must exist);
+        ``event_types`` and ``channels`` are its subscription
+        (``hookline.core.subscriptions``), only meaningful with an ``app``."""
         validate_endpoint_id(endpoint_id)
+        filters, listened = validate_subscription(event_types, channels)
+        self._check_app(app)
+        self._check_catalog(filters)
         now = time.time()
         endpoint = Endpoint(
             id=endpoint_id,
@@ -343,16 +402,72 @@ class EndpointRegistry:
             created_at=now,
             updated_at=now,
             headers=validate_headers({}, headers or {}),
+            app=app,
+            event_types=filters,
+            channels=listened,
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
         # (a failure in between) is skipped by every reader, never half an endpoint.
+        # The application's index too, before the hash, for the same reason (its readers
+        # keep only endpoints whose hash names that application).
         self.redis.sadd(self._index_key(endpoint_id), endpoint_id)
+        if app:
+            self.redis.sadd(keys.app_endpoints_key(app), endpoint_id)
         script = self.redis.register_script(store.load_script("add_endpoint"))
         flat = [item for pair in endpoint.to_hash().items() for item in pair]
         if not script(keys=[keys.endpoint_key(endpoint_id)], args=flat):
             raise EndpointError(f"endpoint {endpoint_id!r} exists already: use 'endpoint update'")
         return endpoint
+
+    def _check_app(self, app: str | None) -> None:
+        if app is None:
+            return
+        try:
+            check_app_id(app)
+        except SubscriptionError as exc:
+            raise EndpointError(str(exc), "app") from None
+        if not self.redis.exists(keys.app_key(app)):
+            raise UnknownApp(app)
+
+    def _check_catalog(self, filters: tuple[str, ...]) -> None:
+        """Once the event catalog holds any type, a filter must match one of them: a typo
+        would otherwise subscribe the endpoint to nothing, silently."""
+        if not filters:
+            return
+        catalog = self.redis.hkeys(keys.CATALOG_KEY)
+        unknown = unknown_filters(filters, catalog) if catalog else []
+        if unknown:
+            raise EndpointError(
+                f"event filter {unknown[0]!r} matches no type in the event catalog: register "
+                f"the type first ('hookline event-type add'), or see 'hookline event-type list'",
+                "events")
+
+    def receivers(self, app_id: str, event_type: str, channels: Sequence[str]) -> list[str]:
+        """The ids of application ``app_id``'s enabled endpoints whose subscription matches
+        an event of ``event_type`` carrying ``channels``, sorted: two round trips, reading
+        only the fields that decide (``hookline.publish``)."""
+        ids = sorted(self.redis.smembers(keys.app_endpoints_key(app_id)))
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in ids:
+            pipe.hmget(keys.endpoint_key(endpoint_id), "app", "enabled", "event_types",
+                       "channels")
+        return [endpoint_id for endpoint_id, (owner, enabled, filters, listened)
+                in zip(ids, pipe.execute(), strict=True)
+                if owner == app_id and enabled == "1" and subscribed(
+                    json.loads(filters or "[]"), json.loads(listened or "[]"), event_type,
+                    channels)]
+
+    def members(self, app_id: str) -> list[Endpoint]:
+        """The endpoints of application ``app_id``, sorted by id (an id indexed whose hash
+        is gone, or names another application, is skipped)."""
+        ids = sorted(self.redis.smembers(keys.app_endpoints_key(app_id)))
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in ids:
+            pipe.hgetall(keys.endpoint_key(endpoint_id))
+        found = [Endpoint.from_hash(endpoint_id, data)
+                 for endpoint_id, data in zip(ids, pipe.execute(), strict=True) if data]
+        return [endpoint for endpoint in found if endpoint.app == app_id]
 
     def _index_key(self, endpoint_id: str) -> str:
         return keys.endpoint_index_key(endpoint_id, settings().state_shards)
@@ -393,12 +508,28 @@ class EndpointRegistry:
         burst: int | None = None,
         headers: Mapping[str, str] | None = None,
         remove_headers: Any = (),
+        app: str | None = None,
+        event_types: Names = None,
+        channels: Names = None,
     ) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
         ``rate="none"`` removes the rate limit. ``headers`` are set (a name already there, in
-        any case, is replaced); ``remove_headers`` names are taken out first."""
+        any case, is replaced); ``remove_headers`` names are taken out first. ``app=""`` (or
+        ``"none"``) takes the endpoint out of its application, ``event_types`` /
+        ``channels`` ``"none"`` (or empty) clear the filter. A new subscription applies to
+        events published after it."""
         endpoint = self.require(endpoint_id)
         changes: dict[str, Any] = {"updated_at": time.time()}
+        if event_types is not None or channels is not None:
+            filters, listened = validate_subscription(event_types, channels)
+            if event_types is not None:
+                self._check_catalog(filters)
+                changes["event_types"] = filters
+            if channels is not None:
+                changes["channels"] = listened
+        if app is not None:
+            changes["app"] = None if app in ("", "none") else app
+            self._check_app(changes["app"])
         if url is not None:
             changes["url"] = check_target(validate_url(url))
         if secret is not None:
@@ -417,7 +548,13 @@ class EndpointRegistry:
         if headers or remove_headers:
             changes["headers"] = validate_headers(endpoint.headers, headers or {},
                                                   remove_headers)
-        return self._save(replace(endpoint, **changes))
+        moved = "app" in changes and changes["app"] != endpoint.app
+        if moved and changes["app"]:
+            self.redis.sadd(keys.app_endpoints_key(changes["app"]), endpoint_id)
+        saved = self._save(replace(endpoint, **changes))
+        if moved and endpoint.app:
+            self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)
+        return saved
 
     def rotate_secret(self, endpoint_id: str, *, secret: str | None = None,
                       overlap: float | None = None) -> tuple[Endpoint, str]:
@@ -484,12 +621,14 @@ class EndpointRegistry:
     def remove(self, endpoint_id: str) -> None:
         """Forget the endpoint. (``retries.remove_endpoint`` also moves its scheduled retries
         to the dead-letter queue.)"""
-        self.require(endpoint_id)
-        # The endpoint's own keys share its slot: one DEL removes it whole; the index entry
-        # (another slot on a Redis Cluster) goes after, and readers skip an id left without
+        endpoint = self.require(endpoint_id)
+        # The endpoint's own keys share its slot: one DEL removes it whole; the index entries
+        # (other slots on a Redis Cluster) go after, and readers skip an id left without
         # its hash.
         self.redis.delete(*keys.endpoint_owned_keys(endpoint_id))
         self.redis.srem(self._index_key(endpoint_id), endpoint_id)
+        if endpoint.app:
+            self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)
 
     def _save(self, endpoint: Endpoint) -> Endpoint:
         key = keys.endpoint_key(endpoint.id)

@@ -124,6 +124,43 @@ def endpoint_owned_keys(endpoint_id: str) -> list[str]:
             recent_key(endpoint_id)]
 
 
+# -- applications (hash tag: ``app:<app id>``) ----------------------------------------------
+
+#: The set of all application ids.
+APP_INDEX = "hookline:apps"
+#: The event catalog (a hash: type name -> JSON of its description and schema).
+CATALOG_KEY = "hookline:{catalog}:types"
+
+
+def app_tag(app_id: str) -> str:
+    """The hash tag of an application's keys: its app, endpoint index and published events
+    share one Redis Cluster slot, so publishing is one atomic script."""
+    return f"app:{app_id}"
+
+
+def app_key(app_id: str) -> str:
+    return f"hookline:{{{app_tag(app_id)}}}:app"
+
+
+def app_endpoints_key(app_id: str) -> str:
+    """The ids of an application's endpoints (a set, kept by the endpoint registry)."""
+    return f"hookline:{{{app_tag(app_id)}}}:endpoints"
+
+
+def published_key(app_id: str, event_id: str) -> str:
+    """One published event of an application and its fan-out's progress (a hash)."""
+    return f"hookline:{{{app_tag(app_id)}}}:published:{event_id}"
+
+
+def published_pattern(event_id: str) -> str:
+    """A SCAN pattern matching a published event's record in whichever application."""
+    return f"hookline:{{app:*}}:published:{glob_escaped(event_id)}"
+
+
+#: A published event's record key, parsed back into its parts.
+PUBLISHED_KEY = re.compile(r"^hookline:\{app:(?P<app>[^}]+)\}:published:(?P<event>.+)$")
+
+
 # -- the retry schedule (hash tag {schedule}) ------------------------------------------------
 
 DUE_KEY = "hookline:{schedule}:due"

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 from celery.signals import task_failure, task_revoked
+from kombu.exceptions import OperationalError
 
 from hookline.core import metrics
 from hookline.core.config import broker_is_amqp, settings
@@ -26,7 +27,7 @@ from hookline.core.event import (
 )
 from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
-from hookline.core.messages import TASK_NAME
+from hookline.core.messages import FANOUT_TASK_NAME, TASK_NAME
 from hookline.delivery.engine import (
     Deferred,
     DeliveryEngine,
@@ -34,6 +35,7 @@ from hookline.delivery.engine import (
     RetryDue,
     hold_countdown,
 )
+from hookline.delivery.fanout import expand
 from hookline.delivery.retries import dead_letter_unexpected
 from hookline.worker.celery import app
 from hookline.worker.held import HELD
@@ -96,6 +98,16 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         return {"outcome": "retry_scheduled", "countdown": result.countdown,
                 "status": result.status}
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
+
+
+@app.task(bind=True, name=FANOUT_TASK_NAME, shared=False, acks_late=True,
+          autoretry_for=(redis.RedisError, OperationalError), retry_backoff=True,
+          retry_backoff_max=60, max_retries=None)
+def fanout(self: Any, app_id: str, event_id: str) -> dict[str, Any]:
+    """Enqueue one delivery per receiver of a published event (``hookline.publish``),
+    resuming where a crashed run's last recorded batch ended (``hookline.delivery.fanout``).
+    Acknowledged late: a worker killed mid-fan-out leaves the message to be redelivered."""
+    return {"enqueued": expand(app_id, event_id)}
 
 
 def _park_held(task: DeliveryTask, request: DeliveryRequest, reason: str,
