@@ -74,7 +74,7 @@ def claim(client: redis.Redis, url: str) -> redis.Redis:
         pytest.exit(f"the Redis database {url} holds data the test suite did not write; the "
                     "suite empties the databases it uses, so it leaves this one alone. Point "
                     "the tests at a Redis of their own with HOOKLINE_TEST_REDIS_URL "
-                    "(databases 3, 5, 7-14 and the URL's own are used)", returncode=3)
+                    "(databases 3-14 and the URL's own are used)", returncode=3)
     client.set(OWNER_KEY, "tests/conftest.py")
     return client
 

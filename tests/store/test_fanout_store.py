@@ -135,7 +135,7 @@ def test_with_a_separate_broker_the_fan_out_goes_through_the_producer(quiet_redi
     from hookline.core import config
     from tests.conftest import emptied, isolated_url
 
-    broker_url = isolated_url(14)
+    broker_url = isolated_url(4)  # a database no other test uses
     broker = emptied(broker_url)
     state_url = config.settings().redis_url
     config.configure({"REDIS_URL": state_url, "HOOKLINE_BROKER_URL": broker_url})

@@ -57,7 +57,7 @@ URL = isolated_url(14)
 
 
 def _delete_ours(client: redis.Redis) -> None:
-    for pattern in ("hookline:*", "test.*", "_kombu.binding.test.*"):
+    for pattern in ("hookline:*", "test.*", "_kombu.binding*.test.*", "unacked*"):
         found = list(client.scan_iter(pattern, count=1000))
         if found:
             client.delete(*found)
