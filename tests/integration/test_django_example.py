@@ -215,15 +215,6 @@ def test_a_bad_environment_value_is_improperly_configured_naming_it(
         config._from_environment.cache_clear()
 
 
-#: hookline.publish (applications, subscriptions, fan-out: issue 14, items 1-3) comes from
-#: branch i14-fanout, merged before the release; until then its tests are skipped.
-needs_publish = pytest.mark.skipif(
-    not hasattr(__import__("hookline"), "publish"),
-    reason="hookline.publish is not in this build yet (branch i14-fanout, merged before "
-           "release)")
-
-
-@needs_publish
 def test_publish_on_commit_fans_out_only_once_the_transaction_commits(django_client, receiver):
     from django.db import transaction
 
