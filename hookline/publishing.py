@@ -33,7 +33,7 @@ from hookline.core.subscriptions import (
     check_app_id,
     parse_channels,
 )
-from hookline.delivery.fanout import enqueue_fanout
+from hookline.delivery.fanout import FANOUT_LOOK_AFTER, enqueue_fanout
 from hookline.enqueue import WebhookInputError
 from hookline.store.catalog import EventCatalog
 from hookline.store.endpoints import EndpointRegistry
@@ -102,13 +102,20 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
                            payload=text if receivers else None, channels=listed,
                            deadline=deadline_ts, receivers=receivers, cursor=0,
                            published_at=time.time(), finished_at=None)
-    outcome = FanoutLog(registry.redis).record(event, _digest(event_type, text, listed))
+    fanouts = FanoutLog(registry.redis)
+    # Marked first: a publisher that dies after recording the event and before queueing its
+    # fan-out leaves it to a worker's releaser (hookline.delivery.fanout.sweep_fanouts).
+    fanouts.mark_pending(app_id, event_id, time.time() + FANOUT_LOOK_AFTER)
+    outcome = fanouts.record(event, _digest(event_type, text, listed))
     if outcome.result is Recorded.MISSING:
+        fanouts.forget_pending(app_id, event_id)
         raise UnknownApplication(app_id)
-    if outcome.result is Recorded.CONFLICT:
+    if outcome.result is Recorded.CONFLICT:  # the earlier publication's mark stays
         raise PublishedEventConflict(app_id, event_id)
     if outcome.cursor < outcome.total:  # new, or a fan-out that had not finished: resume it
         enqueue_fanout(app_id, event_id)
+    else:
+        fanouts.forget_pending(app_id, event_id)  # no receivers, or finished long ago
     return event_id
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import time
 from typing import Any
 
 from kombu.utils.json import dumps as json_dumps
@@ -45,6 +47,35 @@ def enqueue_fanout(app_id: str, event_id: str) -> Any:
                                   task_id=f"fanout:{app_id}/{event_id}", queue=DELIVERY_QUEUE)
 
 
+#: Seconds a published event's fan-out may take to be queued and run before a releaser looks
+#: at it (and re-queues it if it is unfinished); the same again between later looks.
+FANOUT_LOOK_AFTER = 60.0
+
+
+def sweep_fanouts(fanouts: FanoutLog | None = None, now: float | None = None) -> int:
+    """A releaser's look at the fan-outs marked pending whose time has come: a finished one
+    (or one whose record expired) is forgotten; an unfinished one has its fan-out task
+    queued again (one releaser does it: :meth:`FanoutLog.postpone_pending`; the fan-out
+    resumes at its cursor, so a second run enqueues nothing twice). Returns how many were
+    queued again."""
+    fanouts = fanouts or FanoutLog()
+    now = time.time() if now is None else now
+    queued = 0
+    for app_id, event_id in fanouts.due_pending(now):
+        event = fanouts.get(app_id, event_id)
+        if event is None or event.finished:
+            fanouts.forget_pending(app_id, event_id)
+            continue
+        # Whole windows, so that releasers looking at the same moment agree on the score.
+        look_at = (now // FANOUT_LOOK_AFTER + 2) * FANOUT_LOOK_AFTER
+        if fanouts.postpone_pending(app_id, event_id, look_at):
+            enqueue_fanout(app_id, event_id)
+            log_event("fanout.requeued", level=logging.WARNING, app_id=app_id,
+                      event_id=event_id, enqueued=event.cursor, receivers=len(event.receivers))
+            queued += 1
+    return queued
+
+
 def expand(app_id: str, event_id: str, *, batch: int = FANOUT_BATCH,
            fanouts: FanoutLog | None = None) -> int:
     """Enqueue the deliveries of published event ``event_id`` not yet enqueued; returns how
@@ -52,6 +83,7 @@ def expand(app_id: str, event_id: str, *, batch: int = FANOUT_BATCH,
     fanouts = fanouts or FanoutLog()
     event = fanouts.get(app_id, event_id)
     if event is None or event.finished or event.payload is None:
+        fanouts.forget_pending(app_id, event_id)
         return 0
     payload = json.loads(event.payload)
     size = len(event.payload.encode())
@@ -61,6 +93,7 @@ def expand(app_id: str, event_id: str, *, batch: int = FANOUT_BATCH,
         enqueued = _publish_batches(fanouts, event, payload, size, batch)
     log_event("fanout.enqueued", app_id=app_id, event_id=event_id, event_type=event.event_type,
               receivers=len(event.receivers), enqueued=enqueued)
+    fanouts.forget_pending(app_id, event_id)  # every delivery is queued: nothing to look at
     return enqueued
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 import redis
@@ -13,12 +14,15 @@ from kombu.exceptions import KombuError
 from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE
+from hookline.delivery.fanout import sweep_fanouts
 from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
 from hookline.store.connection import redis_for
 from hookline.store.schedule import RetrySchedule
 
 #: Seconds a releaser waits after Redis or the broker failed before it looks again.
 FAILURE_PAUSE = 1.0
+#: Seconds between a releaser's looks at pending fan-outs (``sweep_fanouts``): one ZRANGEBYSCORE.
+FANOUT_SWEEP_EVERY = 1.0
 
 
 def broker_target(config: Settings) -> Any:
@@ -66,7 +70,11 @@ class Releaser:
         config = settings()
         schedule = RetrySchedule()
         broker = None
+        swept = 0.0
         while not self._stop.is_set():
+            if time.monotonic() - swept >= FANOUT_SWEEP_EVERY:
+                swept = time.monotonic()
+                self._sweep_fanouts()
             try:
                 if broker is None:
                     broker = broker_target(config)
@@ -99,6 +107,15 @@ class Releaser:
                 schedule.wait_for_wake(wait)
             except redis.RedisError:
                 self._stop.wait(FAILURE_PAUSE)
+
+    def _sweep_fanouts(self) -> None:
+        """Published events whose fan-out a dead publisher never queued (see
+        ``sweep_fanouts``); a failure is logged and the next look tries again."""
+        try:
+            sweep_fanouts()
+        except Exception as exc:  # the thread must outlive any one failure
+            log_event("fanout.sweep_failed", level=logging.WARNING, error=type(exc).__name__,
+                      detail=str(exc)[:200])
 
     def _failed(self, name: str, exc: BaseException) -> None:
         """Redis or the broker failed: logged, and tried again after a pause (claimed retries

@@ -134,6 +134,41 @@ class FanoutLog:
             keys=[keys.published_key(app_id, event_id), queue, keys.doorbell_key(queue)],
             args=[cursor, total, repr(time.time()), *messages]))
 
+    # -- fan-outs not known to be finished (keys.FANOUTS_PENDING_KEY) ----------------------
+
+    @staticmethod
+    def _member(app_id: str, event_id: str) -> str:
+        return json.dumps([app_id, event_id], separators=(",", ":"))
+
+    def mark_pending(self, app_id: str, event_id: str, look_at: float) -> None:
+        """Note that the fan-out of ``event_id`` must be looked at ``look_at`` (Unix seconds)
+        unless it has finished by then (one round trip; kept when already marked earlier)."""
+        self.redis.zadd(keys.FANOUTS_PENDING_KEY, {self._member(app_id, event_id): look_at},
+                        nx=True)
+
+    def forget_pending(self, app_id: str, event_id: str) -> None:
+        self.redis.zrem(keys.FANOUTS_PENDING_KEY, self._member(app_id, event_id))
+
+    def due_pending(self, now: float, limit: int = 100) -> list[tuple[str, str]]:
+        """Up to ``limit`` (app id, event id) whose time to be looked at has come."""
+        found = []
+        for member in self.redis.zrangebyscore(keys.FANOUTS_PENDING_KEY, "-inf", now,
+                                               start=0, num=limit):
+            try:
+                app_id, event_id = json.loads(member)
+            except (ValueError, TypeError):
+                self.redis.zrem(keys.FANOUTS_PENDING_KEY, member)  # not ours: dropped
+                continue
+            found.append((str(app_id), str(event_id)))
+        return found
+
+    def postpone_pending(self, app_id: str, event_id: str, look_at: float) -> bool:
+        """Move the fan-out's next look to ``look_at`` if no other releaser did already;
+        True for the one that moved it (it re-queues the fan-out)."""
+        return bool(self.redis.zadd(keys.FANOUTS_PENDING_KEY,
+                                    {self._member(app_id, event_id): look_at},
+                                    xx=True, gt=True, ch=True))
+
     def find(self, event_id: str) -> list[PublishedEvent]:
         """Every application's record of ``event_id``: a keyspace scan (an operator's
         command, not a hot path)."""

@@ -147,6 +147,14 @@ def app_endpoints_key(app_id: str) -> str:
     return f"hookline:{{{app_tag(app_id)}}}:endpoints"
 
 
+#: Published events whose fan-out is not known to be queued and finished: a sorted set, member
+#: ``[app id, event id]`` (JSON), scored with when to look at it again (Unix seconds). Marked
+#: before the event is recorded; the workers' releasers re-queue the fan-out of one still
+#: unfinished when its time comes (a publisher that died between recording the event and
+#: queueing its fan-out task), and forget finished ones (``hookline.delivery.fanout``).
+FANOUTS_PENDING_KEY = "hookline:{fanouts}:pending"
+
+
 def published_key(app_id: str, event_id: str) -> str:
     """One published event of an application and its fan-out's progress (a hash)."""
     return f"hookline:{{{app_tag(app_id)}}}:published:{event_id}"

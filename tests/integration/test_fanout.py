@@ -123,3 +123,22 @@ def test_a_payload_breaking_its_types_schema_is_refused_with_the_failing_path(re
         publish(app_id, "order.created", {})
     event_id = publish(app_id, "order.created", {"order": {"total": 9.5, "items": ["a"]}})
     wait_fanned_out(app_id, event_id, {"a"})
+
+
+def test_a_fan_out_a_dead_publisher_never_queued_is_delivered_by_the_workers(receiver):
+    """The publisher recorded the event and died before queueing its fan-out task (here: the
+    record written, the task never sent, its look due now). A worker's releaser finds it and
+    queues the fan-out: every receiver gets the event, once."""
+    from hookline.store.fanouts import PublishedEvent
+
+    app_id = new_app(receiver, {"a": {}, "b": {}, "c": {}})
+    log = FanoutLog()
+    receivers = tuple(f"{app_id}-{name}" for name in ("a", "b", "c"))
+    log.mark_pending(app_id, "orphan-1", 0.0)  # its time has come
+    log.record(PublishedEvent(app_id=app_id, event_id="orphan-1", event_type="order.created",
+                              payload='{"n":1}', channels=(), deadline=None,
+                              receivers=receivers, cursor=0, published_at=0.0,
+                              finished_at=None), "digest-orphan")
+    wait_fanned_out(app_id, "orphan-1", {"a", "b", "c"})
+    got = Counter(r.path for r in receiver.received if r.webhook_id == "orphan-1")
+    assert got == {f"/{app_id}/{name}": 1 for name in ("a", "b", "c")}

@@ -205,3 +205,58 @@ def test_fan_out_messages_carry_any_event_id_exactly(app_of_twenty, event_id):
         assert (headers["hookline_endpoint"], headers["hookline_event"]) == (endpoint_id,
                                                                              event_id)
         assert headers["argsrepr"] == repr((endpoint_id, "order.created", "<payload: 17 bytes>"))
+
+
+# -- a publisher that died between recording an event and queueing its fan-out -------------
+
+
+def pending(client) -> dict[str, float]:
+    return dict(client.zrange(keys.FANOUTS_PENDING_KEY, 0, -1, withscores=True))
+
+
+def test_a_fan_out_is_marked_pending_until_its_task_has_queued_every_delivery(app_of_twenty):
+    import time
+
+    before = time.time()
+    publish("tenant", "order.created", {"n": 1}, event_id="e-1")
+    [(member, look_at)] = pending(app_of_twenty).items()
+    assert json.loads(member) == ["tenant", "e-1"]
+    assert before + 30 < look_at < time.time() + 120  # looked at only if still unfinished then
+    expand("tenant", "e-1")
+    assert pending(app_of_twenty) == {}
+    # An event without receivers has ended at publish: nothing to look at.
+    AppRegistry().add("empty")
+    publish("empty", "order.created", {}, event_id="e-3")
+    assert pending(app_of_twenty) == {}
+
+
+def test_a_releaser_queues_again_the_fan_out_a_dead_publisher_never_queued(app_of_twenty):
+    """As if the publisher died right after recording the event: its fan-out task was never
+    queued. When the event's time comes a releaser's sweep queues it (once, however many
+    releasers look), and forgets it once the fan-out has finished."""
+    from hookline.delivery.fanout import FANOUT_LOOK_AFTER, sweep_fanouts
+    from hookline.store.fanouts import PublishedEvent
+
+    log = FanoutLog()
+    receivers = tuple(f"ep-{n:02d}" for n in range(20))
+    log.mark_pending("tenant", "e-1", 1000.0)
+    log.record(PublishedEvent(app_id="tenant", event_id="e-1", event_type="order.created",
+                              payload='{"n":1}', channels=(), deadline=None,
+                              receivers=receivers, cursor=0, published_at=1000.0,
+                              finished_at=None), "digest-1")
+    assert queued(app_of_twenty) == []
+    assert sweep_fanouts(now=999.0) == 0  # not yet its time
+    assert sweep_fanouts(now=1001.0) == 1
+    assert sweep_fanouts(now=1001.0) == 0  # another releaser at the same moment: no twin
+    assert queued(app_of_twenty) == [(FANOUT_TASK_NAME, "", "")]
+    assert list(pending(app_of_twenty).values()) == [
+        (1001.0 // FANOUT_LOOK_AFTER + 2) * FANOUT_LOOK_AFTER]
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    assert expand("tenant", "e-1") == 20  # what the queued task does
+    assert pending(app_of_twenty) == {}
+    app_of_twenty.delete(DELIVERY_QUEUE)
+    # A finished or expired fan-out marked pending is only forgotten.
+    log.mark_pending("tenant", "e-1", 1000.0)
+    log.mark_pending("tenant", "gone", 1000.0)
+    assert sweep_fanouts(now=5000.0) == 0
+    assert pending(app_of_twenty) == {} and queued(app_of_twenty) == []
