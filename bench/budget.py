@@ -1,6 +1,6 @@
 """Where a delivery's CPU goes: a budget per stage, Hookline beside the naive task.
 
-    python -m bench.budget [--events N] [--rounds R] [--rate HZ]   (part of ``make bench``)
+    python -m bench.budget [--events N] [--rounds R] [--rate HZ] [--keep-stacks DIR]
 
 Each contender runs on its own private Redis with one worker ``-P threads -c 16`` and the
 loopback receiver answering 204 at once (Hookline through ``hookline.deliver`` with every gate,
@@ -188,6 +188,9 @@ def profile(contender: Contender, events: int, prefix: str, rate: float, workdir
         _, err = recorder.communicate(timeout=30)
         if raw.exists():
             samples, unplaced = read_samples(raw)
+            if KEEP_STACKS is not None:
+                KEEP_STACKS.mkdir(parents=True, exist_ok=True)
+                shutil.copy(raw, KEEP_STACKS / raw.name)
         else:
             print(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}",
                   file=sys.stderr)
@@ -216,6 +219,8 @@ def profile(contender: Contender, events: int, prefix: str, rate: float, workdir
 
 
 SCRIPTS: dict[str, str] = {}
+#: Where to copy py-spy's raw stacks (``--keep-stacks``), for a flame graph or a grep.
+KEEP_STACKS: Path | None = None
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
@@ -316,7 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate", type=float, default=250.0, help="py-spy samples per second")
     parser.add_argument("--output", type=Path, default=RESULTS)
-    return run_bench(run, parser.parse_args(argv), report)
+    parser.add_argument("--keep-stacks", type=Path, metavar="DIR",
+                        help="copy py-spy's raw stacks (one 'frame;frame;... count' per line) "
+                             "here, one file per contender and round")
+    options = parser.parse_args(argv)
+    global KEEP_STACKS
+    KEEP_STACKS = options.keep_stacks
+    return run_bench(run, options, report)
 
 
 if __name__ == "__main__":

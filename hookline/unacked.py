@@ -87,6 +87,37 @@ def parse_member(member: str | bytes) -> tuple[str, str] | None:
     return tag, text[end:]
 
 
+#: The messages this process's channels hold with a records-set member, by delivery tag:
+#: what a delivery's settle may remove in its own step (:func:`held_record`).
+_HOLDERS: dict[str, QoS] = {}
+
+
+def held_record(delivery_tag: Any) -> tuple[str, bytes] | None:
+    """``(records key, member)`` of the message with ``delivery_tag`` when a channel of this
+    process holds it with a records-set member (the consuming process runs the task: the
+    threads or solo pool), else None. A delivery's settle removes that member in its own step
+    when the event is delivered (``Gate.settle``), then calls :func:`settled`."""
+    qos = _HOLDERS.get(delivery_tag) if isinstance(delivery_tag, str) else None
+    member = qos._members.get(delivery_tag) if qos is not None else None
+    return None if qos is None or member is None else (qos.records_key, member)
+
+
+def settled(delivery_tag: str) -> None:
+    """The record of ``delivery_tag`` (:func:`held_record`) was removed with the delivery's
+    settle: its acknowledgement sends nothing more to Redis."""
+    qos = _HOLDERS.get(delivery_tag)
+    if qos is not None:
+        qos._settled.add(delivery_tag)
+
+
+class _Removed:
+    """What :meth:`QoS._remove_from_indices` returns for a record already removed: a pipeline
+    with nothing to send."""
+
+    def execute(self) -> list[Any]:
+        return []
+
+
 def held_count(client: Any, unacked_key: str = KOMBU_UNACKED_KEY) -> int:
     """Messages workers hold unacknowledged, in either layout (``client``: the broker's)."""
     pipe = client.pipeline(transaction=False)
@@ -112,6 +143,8 @@ class QoS(kombu_redis.QoS):
         super().__init__(*args, **kwargs)
         #: Records-set members of the messages this channel holds, by delivery tag.
         self._members: dict[str, bytes] = {}
+        #: Delivery tags whose member a settle removed already (:func:`settled`).
+        self._settled: set[str] = set()
 
     @property
     def records_key(self) -> str:
@@ -123,6 +156,7 @@ class QoS(kombu_redis.QoS):
         if member is not None:
             # consume.lua already wrote the record: only the in-memory bookkeeping.
             self._members[delivery_tag] = member
+            _HOLDERS[delivery_tag] = self
             virtual.QoS.append(self, message, delivery_tag)
             return
         super().append(message, delivery_tag)
@@ -140,7 +174,11 @@ class QoS(kombu_redis.QoS):
         find. Inside kombu's restore transaction (``pipe`` given) its own order stands."""
         if pipe is not None:
             return super()._remove_from_indices(delivery_tag, pipe)
+        _HOLDERS.pop(delivery_tag, None)
         member = self._members.pop(delivery_tag, None)
+        if delivery_tag in self._settled:
+            self._settled.discard(delivery_tag)
+            return _Removed()  # the delivery's settle removed it (settled())
         if member is not None:
             return self.remove_record(member)
         with self.channel.conn_or_acquire() as client:
@@ -157,7 +195,13 @@ class QoS(kombu_redis.QoS):
             return
         with self.channel.conn_or_acquire(client) as conn:
             self.restore_member(conn, member, leftmost=leftmost)
-        self._members.pop(bytes_to_str(tag), None)
+        self._forget(bytes_to_str(tag))
+
+    def _forget(self, tag: str) -> None:
+        self._members.pop(tag, None)
+        self._settled.discard(tag)
+        if _HOLDERS.get(tag) is self:
+            del _HOLDERS[tag]
 
     def restore_unacked(self, client: Any = None) -> None:
         """Put this channel's unacknowledged messages back on their queues (on close).
@@ -173,7 +217,8 @@ class QoS(kombu_redis.QoS):
             logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
                            "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
             self._delivered.clear()
-        self._members.clear()
+        for tag in list(self._members):
+            self._forget(tag)
 
     def restore_visible(self, start: int = 0, num: int | None = 10,
                         interval: int | None = None) -> None:

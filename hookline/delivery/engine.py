@@ -64,6 +64,8 @@ class Finished:
     outcome: str
     reason: str = ""
     status: int | None = None
+    #: The message was acknowledged in the settle's step (``attempt``'s ``unacked``).
+    acknowledged: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,8 +174,13 @@ class DeliveryEngine:
         self._on_gone = on_gone or _dead_letter_gone
         self._report = on_operational or operational.report
 
-    def attempt(self, request: DeliveryRequest, *, token: str) -> AttemptOutcome:
-        """One attempt of ``request``: the gate, the send, the settle and the decision."""
+    def attempt(self, request: DeliveryRequest, *, token: str,
+                unacked: tuple[str, bytes] | None = None) -> AttemptOutcome:
+        """One attempt of ``request``: the gate, the send, the settle and the decision.
+
+        ``unacked``: the message's record in the broker's unacked records, when the broker is
+        the gate's Redis (``hookline.unacked.held_record``): a delivered event's settle
+        removes it, and the result says ``acknowledged``."""
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending",
@@ -216,7 +223,7 @@ class DeliveryEngine:
         if admission.transition:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
                       event_id=request.event_id)
-        return self._send(admission.endpoint, request, token, now, digest, admission)
+        return self._send(admission.endpoint, request, token, now, digest, admission, unacked)
 
     @staticmethod
     def _defer(request: DeliveryRequest, reason: str, countdown: float,
@@ -230,6 +237,7 @@ class DeliveryEngine:
     def _send(
         self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float,
         digest: str = "", admission: Admission | None = None,
+        unacked: tuple[str, bytes] | None = None,
     ) -> Finished | RetryDue:
         first_attempt_at = request.first_attempt_at or started
         # The body is fixed at publish: its timestamp is the publish time the message carries,
@@ -253,8 +261,10 @@ class DeliveryEngine:
             latency=result.latency, error=result.error,
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
+        acknowledged = recorded == "delivered" and unacked is not None
         self._settle(endpoint, request, token, recorded, retry_after, record, digest,
-                     admission.redis_now_ms() if admission else 0)
+                     admission.redis_now_ms() if admission else 0,
+                     unacked if acknowledged else None)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if result.refused:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
@@ -264,7 +274,7 @@ class DeliveryEngine:
             self._log_attempt("delivery.succeeded", request, result)
             metrics.count_outcome(endpoint.id, "delivered", registered=True)
             metrics.observe_lag(ended - published)
-            return Finished("delivered", status=result.status)
+            return Finished("delivered", status=result.status, acknowledged=acknowledged)
         if outcome is Outcome.GONE:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
                               reason="endpoint_gone")
@@ -284,10 +294,11 @@ class DeliveryEngine:
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
                 retry_after: float | None, record: AttemptRecord, digest: str = "",
-                now_ms: int = 0) -> None:
+                now_ms: int = 0, unacked: tuple[str, bytes] | None = None) -> None:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
-                                      record=record, digest=digest, now_ms=now_ms)
+                                      record=record, digest=digest, now_ms=now_ms,
+                                      unacked=unacked)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)

@@ -159,6 +159,7 @@ class Gate:
         record: AttemptRecord | None = None,
         digest: str = "",
         now_ms: int = 0,
+        unacked: tuple[str, bytes] | None = None,
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
@@ -166,10 +167,14 @@ class Gate:
         ``record`` goes into the event's attempt history and the endpoint's recent record.
         ``digest``: the event's content digest, kept as long as the done marker on delivery.
         ``now_ms``: Redis time now (:meth:`Admission.redis_now_ms`), 0 to read it in the script.
+        ``unacked``: ``(records key, member)`` of the message in the broker's unacked records
+        (``hookline.unacked.held_record``) when the broker is this Redis: a delivered outcome
+        removes it in the same step (the message's acknowledgement).
         """
         config = settings()
+        ack = [unacked[0]] if unacked and outcome == "delivered" else []
         held, transition = self._settle(
-            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id)],
+            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id), *ack],
             args=[
                 token,
                 outcome,
@@ -189,6 +194,7 @@ class Gate:
                 digest,
                 int(now_ms or 0),
                 "1" if config.history_in_record else "0",
+                *([unacked[1]] if ack and unacked else []),
             ],
         )
         return Settlement(held_lease=bool(held), transition=transition)

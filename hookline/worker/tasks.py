@@ -16,7 +16,7 @@ from celery.signals import task_failure, task_revoked
 from kombu.exceptions import OperationalError
 
 from hookline.core import metrics
-from hookline.core.config import broker_is_amqp, settings
+from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.errors import HooklineError
 from hookline.core.event import (
     MalformedEvent,
@@ -32,11 +32,13 @@ from hookline.delivery.engine import (
     Deferred,
     DeliveryEngine,
     DeliveryRequest,
+    Finished,
     RetryDue,
     hold_countdown,
 )
 from hookline.delivery.fanout import expand
 from hookline.delivery.retries import dead_letter_unexpected
+from hookline.unacked import held_record, settled
 from hookline.worker.celery import app
 from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask
@@ -79,13 +81,20 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
                                self.request.id, "malformed", exc)
         return {"outcome": "dead_lettered", "reason": "malformed"}
-    amqp = broker_is_amqp(settings().broker_url)  # a Redis broker's consume.lua parks them
-    held = HELD.held(endpoint_id) if amqp else None
+    amqp, same_redis = _broker_shape(settings())
+    held = HELD.held(endpoint_id) if amqp else None  # a Redis broker's consume.lua parks them
     if held is not None and request.deadline is None:
         return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
         DeliveryTask.engine = DeliveryEngine()
-    result = DeliveryTask.engine.attempt(request, token=uuid.uuid4().hex)
+    # The message's unacked record, when this process consumed it and the broker is the
+    # gate's Redis: a delivered event's settle removes it (the acknowledgement, one round
+    # trip less); Celery's ack after the task then sends nothing.
+    tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
+    unacked = held_record(tag) if same_redis and tag else None
+    result = DeliveryTask.engine.attempt(request, token=uuid.uuid4().hex, unacked=unacked)
+    if unacked is not None and isinstance(result, Finished) and result.acknowledged:
+        settled(str(tag))
     if isinstance(result, Deferred):  # not an attempt: the count stays
         if amqp:
             HELD.remember(endpoint_id, result)
@@ -108,6 +117,19 @@ def fanout(self: Any, app_id: str, event_id: str) -> dict[str, Any]:
     resuming where a crashed run's last recorded batch ended (``hookline.delivery.fanout``).
     Acknowledged late: a worker killed mid-fan-out leaves the message to be redelivered."""
     return {"enqueued": expand(app_id, event_id)}
+
+
+_shape: tuple[Settings, bool, bool] | None = None
+
+
+def _broker_shape(config: Settings) -> tuple[bool, bool]:
+    """Whether the broker is RabbitMQ, and whether it is Hookline's own Redis (the same
+    URL), worked out once per settings rather than per delivery."""
+    global _shape
+    if _shape is None or _shape[0] is not config:
+        _shape = (config, broker_is_amqp(config.broker_url),
+                  config.broker_url == config.redis_url)
+    return _shape[1], _shape[2]
 
 
 def _park_held(task: DeliveryTask, request: DeliveryRequest, reason: str,

@@ -12,11 +12,13 @@ test's own, with real worker processes and a real receiver.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from examples.receiver import Reply, always
 from hookline import deliver
 from hookline.core.config import configure
 from hookline.store.delivery import delivered
@@ -104,3 +106,45 @@ def test_a_message_wakes_one_of_six_idle_workers(own_redis, receiver, start_work
     consumes = calls(client).get("lmpop", 0)
     assert len(receiver.requests_to("/wake")) == events + 6
     assert events <= consumes <= 3 * events, f"{consumes} consume calls for {events} messages"
+
+
+def test_a_delivered_event_is_acknowledged_in_its_settle(own_redis, receiver, start_worker):
+    """The settle that marks the event done removes the message's unacked record in the same
+    script: no ZREM of the worker's own goes to Redis for a delivered event (MONITOR tells a
+    script's commands from a client's), and nothing is left unacknowledged. A failed attempt
+    is not acknowledged there: its message is parked for the retry first."""
+    url, client = own_redis
+    endpoint = EndpointRegistry(client).add("acked", receiver.url("/acked"))
+    failing = EndpointRegistry(client).add(
+        "failing", receiver.route("/failing", always(Reply(status=500))))
+    start_worker("acked", concurrency=4, extra_env={"REDIS_URL": url})
+    deliver_one_at_a_time(client, endpoint.id, "warm", 3, 1)
+    seen: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        with client.monitor() as monitor:
+            ready.set()
+            while not stop.is_set():
+                entry = monitor.next_command()
+                seen.append((entry["command"].split(" ")[0].upper(), entry["client_type"]))
+
+    ready = threading.Event()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert ready.wait(5)
+    events = 10
+    deliver_one_at_a_time(client, endpoint.id, "evt", events, 1)
+    deliver.delay(failing.id, "order.paid", {"n": 0}, event_id="fails")
+    wait_until(lambda: client.zcard("hookline:{schedule}:due") == 1 and idle(client, 1),
+               timeout=20)
+    stop.set()
+    client.ping()  # one more command, so the watcher's last read returns
+    watcher.join(5)
+    own_zrems = [entry for entry in seen if entry == ("ZREM", "tcp")]
+    script_zrems = [entry for entry in seen if entry == ("ZREM", "lua")]
+    assert len(receiver.requests_to("/acked")) == events + 3
+    assert held_count(client) == 0
+    # The failed attempt's message: parked (a script), then acknowledged by its own ZREM.
+    assert len(own_zrems) == 1, seen
+    assert len(script_zrems) >= events, seen

@@ -21,8 +21,10 @@ from hookline.unacked import (
     UNACKED_RECORDS_KEY,
     held_count,
     held_messages,
+    held_record,
     parse_member,
     record_member,
+    settled,
 )
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
@@ -365,6 +367,35 @@ def test_the_acknowledgement_removes_the_member_with_one_command(private_redis):
         assert client.zcard(UNACKED_RECORDS_KEY) == 0 and not client.exists("unacked")
         assert calls.get("cmdstat_zrem") == 1 and "cmdstat_hdel" not in calls
         assert "cmdstat_multi" not in calls
+
+
+def test_a_record_settled_with_its_delivery_is_acknowledged_without_a_command(private_redis):
+    """A delivered event's settle removes the message's member (``held_record``) and calls
+    ``settled``: the acknowledgement then sends nothing, and this process forgets the tag; a
+    settled message that is rejected with requeue is not pushed back (it was delivered)."""
+    url, client = private_redis
+    with connect_to(url) as conn:
+        publish(conn, {"n": 1})
+        publish(conn, {"n": 2})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            drain_until(conn, lambda: len(held) == 2)
+            records = []
+            for message in held:
+                record = held_record(message.delivery_tag)
+                assert record is not None and record[0] == UNACKED_RECORDS_KEY
+                records.append(record)
+                client.zrem(*record)  # what settle.lua does for a delivered event
+                settled(message.delivery_tag)
+            client.config_resetstat()
+            held[0].ack()
+            calls = {name: int(v["calls"]) for name, v in
+                     client.info("commandstats").items()}
+            held[1].reject(requeue=True)
+        assert set(calls) == {"cmdstat_config|resetstat"}, calls
+        assert client.llen("broker-test") == 0 and no_unacked_record(client)
+        assert all(held_record(message.delivery_tag) is None for message in held)
+        assert held_record("no-such-tag") is None
 
 
 def old_worker_holds(db: redis.Redis, tag: str, taken_at: float) -> None:

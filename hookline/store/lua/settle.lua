@@ -30,7 +30,11 @@
 -- ARGV[17] now, ms of Redis time (the admit's time plus the attempt's duration, as the
 --          worker measured it); '' or 0 to read TIME here
 -- ARGV[18] '1': the history lives in the delivery record (its lifetime, ARGV[3], is the
---          history's); '0': in KEYS[4]
+--          history's); '0': in KEYS[3]
+-- ARGV[19] (optional) the message's member in the broker's unacked records, KEYS[4] (the
+--          broker is this Redis): removed here when the outcome is 'delivered', so the
+--          message is acknowledged in the step that marks the event done (a round trip less
+--          per delivery; hookline/unacked.py)
 -- Returns  {held, transition}: held is 1 if this attempt still held its lease; transition is
 --          'opened' or 'closed' when this outcome changed the breaker's state, else ''.
 -- Commands: the delivery record read with one GET and written with one SET; the endpoint's
@@ -133,6 +137,9 @@ if ARGV[9] ~= '' then
 end
 
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[3]))
+if outcome == 'delivered' and ARGV[19] and ARGV[19] ~= '' then
+  redis.call('ZREM', KEYS[4], ARGV[19])
+end
 if not breaker[7] then
   return {held, transition}  -- the endpoint was removed meanwhile: nothing to record there
 end
