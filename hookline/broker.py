@@ -68,6 +68,9 @@ _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
 
 #: Most deliveries to held endpoints consume.lua parks in one call (bounds its run time).
 PARK_BATCH = 200
+#: Most messages one consume call takes (fewer when the consumer has fewer free prefetch
+#: slots): behind a backlog, one round trip, and one wake-up of the event loop, brings several.
+CONSUME_BATCH = 16
 #: Most endpoints whose breaker and schedule-index keys a consume call passes (the endpoints
 #: of the messages taken most recently). consume.lua takes every key through KEYS; a message
 #: for another endpoint makes it answer 'need', and the next call passes that one's keys too.
@@ -185,7 +188,8 @@ class Channel(kombu_redis.Channel):
                        self.qos.records_key, *SCHEDULE_KEYS, WAKE_KEY,
                        *keys, *bells, *endpoint_keys,
                        repr(time()), "1" if park_held else "0", config.schedule_max,
-                       config.schedule_max_per_endpoint, PARK_BATCH, len(keys), *endpoints]
+                       config.schedule_max_per_endpoint, PARK_BATCH, len(keys),
+                       self._batch(), *endpoints]
         self._in_poll = connection
         # Read by kombu 5.7's check of the consuming connection; unused by kombu 5.6.
         self._brpop_sent_at = monotonic()  # type: ignore[assignment, unused-ignore]
@@ -223,7 +227,10 @@ class Channel(kombu_redis.Channel):
             self._single_wake = tokens == 1
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
-        _report_parked(reply[3:] if kind in ("message", "bad") else reply[2:])
+        taken = 2 * int(reply[1]) if kind in ("message", "last") else 0
+        _report_parked(reply[3:] if kind == "bad" else reply[2 + taken:])
+        if taken:
+            return self._deliver_taken(reply[2:2 + taken], last=kind == "last")
         if kind == "empty":
             self._waiting = True
             self._single_wake = False
@@ -240,26 +247,49 @@ class Channel(kombu_redis.Channel):
             self._endpoint_keys = [key for endpoint in self._endpoints for key in
                                    (breaker_key(endpoint), schedule_endpoint_key(endpoint))]
             raise kombu_redis.Empty()
-        key = bytes_to_str(reply[1])
-        if kind == "bad":
-            self._drop_bad_item(key, bytes_to_str(reply[2]))
-            raise kombu_redis.Empty()
-        member = reply[2]  # kept as Redis sent it: the acknowledgement removes these bytes
-        tag, record = parse_member(member)  # type: ignore[misc]  # consume.lua wrote it
-        message = loads(record)[0]
-        dest = key.rsplit(self.sep, 1)[0]
-        self._queue_cycle.rotate(dest)
+        # 'bad'
+        self._drop_bad_item(bytes_to_str(reply[1]), bytes_to_str(reply[2]))
+        raise kombu_redis.Empty()
+
+    def _batch(self) -> int:
+        """How many messages the next consume call may take: one after a single wake-up (a
+        push woke this consumer for one message), else as many as the prefetch limit leaves
+        room for, at most CONSUME_BATCH (kombu starts a consume only when there is room)."""
         if self._single_wake:
+            return 1
+        room = self.qos.can_consume_max_estimate()
+        return CONSUME_BATCH if room is None else max(1, min(CONSUME_BATCH, room))
+
+    def _deliver_taken(self, taken: list[Any], *, last: bool) -> bool:
+        """Hand the messages one consume call took (``[list key, member, ...]``) to their
+        consumers, in order. Each is recorded unacknowledged already; should handing one over
+        fail, the ones after it go back on their queue at once rather than wait for the
+        visibility timeout. ``last``: the queues ran empty after them (consume.lua emptied
+        the doorbells), so the next wait can block at once."""
+        messages = []
+        for key, member in zip(taken[::2], taken[1::2], strict=True):
+            # The member is kept as Redis sent it: the acknowledgement removes these bytes.
+            tag, record = parse_member(member)  # type: ignore[misc]  # consume.lua wrote it
+            messages.append((tag, member, loads(record)[0],
+                             bytes_to_str(key).rsplit(self.sep, 1)[0]))
+        if self._single_wake or last:
             self._single_wake = False
             self._waiting = True
-        self._recorded[tag] = member
-        try:
-            self.connection._deliver(message, dest)
-        finally:
-            if self._recorded.pop(tag, None) is not None:
-                # Delivered to a no-ack consumer (or to none): it is done with, as kombu's own
-                # BRPOP would have it; do not restore it later.
-                self.qos.remove_record(member).execute()
+        for index, (tag, member, message, dest) in enumerate(messages):
+            self._queue_cycle.rotate(dest)
+            self._recorded[tag] = member
+            try:
+                self.connection._deliver(message, dest)
+            except BaseException:
+                with self.conn_or_acquire() as client:  # the next one ends up to be taken first
+                    for _, rest, _, _ in reversed(messages[index + 1:]):
+                        self.qos.restore_member(client, rest)
+                raise
+            finally:
+                if self._recorded.pop(tag, None) is not None:
+                    # Delivered to a no-ack consumer (or to none): it is done with, as kombu's
+                    # own BRPOP would have it; do not restore it later.
+                    self.qos.remove_record(member).execute()
         return True
 
     def _brpop_read_stock(self, **options: Any) -> Any:

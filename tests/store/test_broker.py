@@ -118,7 +118,9 @@ def test_an_acknowledged_message_leaves_no_record_and_a_rejected_one_goes_back(d
             else:
                 message.reject(requeue=True)
 
-        with Consumer(conn, [QUEUE], callbacks=[handle]):
+        # One message per consume call (a prefetch of one), so the requeued one is not
+        # taken again within these two.
+        with Consumer(conn, [QUEUE], callbacks=[handle], prefetch_count=1):
             conn.drain_events(timeout=5)
             conn.drain_events(timeout=5)
         assert seen == [1, 2]
@@ -281,11 +283,11 @@ def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
 
     def take() -> list:
         return db.eval(consume, 8, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY,
-                       "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1)
+                       "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1, 1)
 
-    assert take()[:2] == ["message", "broker-test"]  # first-1: no trim
+    assert take()[:3] == ["message", 1, "broker-test"]  # first-1: no trim
     assert db.llen(DOORBELL) == 1500
-    assert take()[:2] == ["message", "broker-test"]  # second-0
+    assert take()[:3] == ["message", 1, "broker-test"]  # second-0
     assert db.llen(DOORBELL) == 1000
     assert sorted(parse_member(m)[0] for m in db.zrange(UNACKED_RECORDS_KEY, 0, -1)) == [
         "first-1", "second-0"]
@@ -342,8 +344,8 @@ def test_a_member_gives_back_its_tag_and_record_whatever_the_tag(db, tag):
     item = json.dumps(message)
     db.lpush("broker-test", item)
     reply = db.eval(load_script("consume"), 8, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY,
-                    "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1)
-    member = reply[2]
+                    "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1, 1)
+    member = reply[3]
     assert db.zrange(UNACKED_RECORDS_KEY, 0, -1) == [member]
     parsed_tag, record = parse_member(member)
     assert parsed_tag == tag
@@ -367,6 +369,63 @@ def test_the_acknowledgement_removes_the_member_with_one_command(private_redis):
         assert client.zcard(UNACKED_RECORDS_KEY) == 0 and not client.exists("unacked")
         assert calls.get("cmdstat_zrem") == 1 and "cmdstat_hdel" not in calls
         assert "cmdstat_multi" not in calls
+
+
+def test_a_backlog_comes_several_messages_per_consume_call_within_the_prefetch(
+        private_redis):
+    """Behind a backlog one consume call takes as many messages as the consumer's free
+    prefetch slots allow (at most CONSUME_BATCH), each recorded unacknowledged, in order; the
+    call that empties the queues empties the doorbell too, so the consumer blocks next."""
+    url, client = private_redis
+    with connect_to(url) as conn:
+        for n in range(7):
+            publish(conn, {"n": n})
+        got: list[Any] = []
+        held: list[Any] = []
+
+        def handle(body: Any, message: Any) -> None:
+            got.append(body["n"])
+            if len(got) > 3:
+                message.ack()
+            else:
+                held.append(message)
+
+        with Consumer(conn, [QUEUE], callbacks=[handle], prefetch_count=3):
+            client.config_resetstat()
+            conn.drain_events(timeout=5)
+            assert got == [0, 1, 2]  # the prefetch's three, in one call
+            assert client.zcard(UNACKED_RECORDS_KEY) == 3 and client.llen("broker-test") == 4
+            for message in held:
+                message.ack()
+            drain_until(conn, lambda: len(got) == 7)
+            calls = {name: int(v["calls"]) for name, v in
+                     client.info("commandstats").items()}
+        assert got == list(range(7))
+        assert calls["cmdstat_evalsha"] == 3, calls  # 3 + 3 + 1 messages
+        assert no_unacked_record(client) and not client.exists(DOORBELL)
+
+
+def test_a_failed_hand_over_puts_the_rest_of_the_batch_back_at_once(private_redis):
+    """Should handing a message of a batch to its consumer fail, the messages after it go back
+    on their queue at once (not after the visibility timeout) and are taken again."""
+    url, client = private_redis
+    with connect_to(url) as conn:
+        for n in range(3):
+            publish(conn, {"n": n})
+        got: list[int] = []
+
+        def handle(body, message):
+            got.append(body["n"])
+            if got == [0]:
+                raise RuntimeError("the consumer broke")
+            message.ack()
+
+        with Consumer(conn, [QUEUE], callbacks=[handle]):
+            with pytest.raises(RuntimeError):
+                conn.drain_events(timeout=5)
+            assert client.llen("broker-test") == 2 and client.zcard(UNACKED_RECORDS_KEY) == 1
+            drain_until(conn, lambda: len(got) == 3)
+        assert got == [0, 1, 2]
 
 
 def test_a_record_settled_with_its_delivery_is_acknowledged_without_a_command(private_redis):

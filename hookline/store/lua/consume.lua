@@ -18,7 +18,7 @@
 -- does not slow healthy endpoints. The endpoint and event ids come from the message headers
 -- hookline_endpoint and hookline_event (set on publish); a message whose endpoint id is not
 -- a valid one goes to a worker, which dead-letters it. Every key comes through KEYS: the
--- caller passes the breaker and schedule-index keys of the endpoints it expects (ARGV[7...]);
+-- caller passes the breaker and schedule-index keys of the endpoints it expects (ARGV[8...]);
 -- a message for another endpoint stops the call with 'need', and the caller calls again with
 -- that endpoint's keys added. At a schedule cap the message goes to a worker, which
 -- dead-letters it as usual.
@@ -33,7 +33,7 @@
 --              for a message pushed after this call; a queue's is trimmed to 1,000 on about
 --              every 16th message taken from it (producers push, nobody pops while every
 --              consumer is busy).
--- KEYS[7+2Q...] per endpoint of ARGV[7...], in that order: its breaker hash
+-- KEYS[7+2Q...] per endpoint of ARGV[8...], in that order: its breaker hash
 --              (hookline:{ep}:breaker), then its schedule index
 --              (hookline:{schedule}:by_endpoint:<ep>)
 -- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
@@ -41,18 +41,24 @@
 -- ARGV[3]      most retries scheduled in all;  ARGV[4]  most for one endpoint
 -- ARGV[5]      most deliveries to park in one call
 -- ARGV[6]      Q, how many queue lists follow the schedule keys
--- ARGV[7...]   endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
--- Returns      {'message', list key, unacked member, parked...} on success (the member holds
---                the message: see above);
+-- ARGV[7]      most messages to take in this call (the consumer's free prefetch slots): a
+--              consumer behind a backlog takes several per round trip
+-- ARGV[8...]   endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
+-- Returns      {'message', n, list key, unacked member, ... (n pairs), parked...} for the n
+--                messages taken (each member holds its message: see above);
+--              {'last', n, pairs..., parked...} the same, when the queues ran empty after
+--                them: the doorbells were emptied in the same step (as for 'empty'), so the
+--                caller may block on them at once;
 --              {'bad', list key, item, parked...} for an item that is not a kombu message: it
 --                stays on its list until the caller has kept it in the dead-letter queue and
---                removed it;
+--                removed it (only when no message was taken before it: those come first);
 --              {'empty', '', parked...} when every list is empty (the doorbells emptied in the
 --                same step): the caller blocks on the doorbells, so a push in between is not
 --                missed;
 --              {'more', '', parked...} when ARGV[5] deliveries were parked: call again;
 --              {'need', endpoint id, parked...} when the next message is for an endpoint whose
---                keys were not passed: it stays on its list; call again with them.
+--                keys were not passed: it stays on its list; call again with them (only
+--                when no message was taken before it: those come first).
 --              parked: per parked delivery, the JSON array [endpoint id, event id, reason,
 --                countdown ms, task id].
 --#include piece_clock.lua
@@ -62,6 +68,7 @@ local park_held = ARGV[2] == '1'
 local parked = {}
 local now_ms = nil
 local queues = tonumber(ARGV[6])
+local most = math.max(tonumber(ARGV[7]) or 1, 1)
 local first_queue = 7
 local last_queue = 6 + queues
 local schedule = {due = KEYS[2], messages = KEYS[3], meta = KEYS[4], counts = KEYS[5],
@@ -73,15 +80,24 @@ for i = first_queue, last_queue do
 end
 -- endpoint id -> {breaker key, schedule index key}
 local endpoint_keys = {}
-for j = 7, #ARGV do
-  local at = last_queue + queues + 2 * (j - 7) + 1
+for j = 8, #ARGV do
+  local at = last_queue + queues + 2 * (j - 8) + 1
   endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1]}
 end
+
+-- The messages taken so far: list key, member, list key, member...
+local taken = {}
 
 local function reply(kind, a, b)
   local out = {kind, a}
   if b ~= nil then
     out[3] = b
+  end
+  if kind == 'message' or kind == 'last' then
+    out = {kind, #taken / 2}
+    for _, value in ipairs(taken) do
+      out[#out + 1] = value
+    end
   end
   for _, entry in ipairs(parked) do
     out[#out + 1] = entry
@@ -153,6 +169,9 @@ while true do
   local tag = type(props) == 'table' and props['delivery_tag']
   if type(info) ~= 'table' or type(tag) ~= 'string' then
     redis.call('RPUSH', key, item)  -- back where it was, until the caller has kept it
+    if #taken > 0 then
+      return reply('message')
+    end
     return reply('bad', key, item)
   end
   local headers = message['headers']
@@ -164,6 +183,9 @@ while true do
     own = endpoint_keys[endpoint]
     if not own then
       redis.call('RPUSH', key, item)  -- back where it was
+      if #taken > 0 then
+        return reply('message')
+      end
       return reply('need', endpoint)
     end
     countdown, why = held(own[1])
@@ -179,6 +201,9 @@ while true do
     end
     parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
     if #parked >= budget then
+      if #taken > 0 then
+        return reply('message')
+      end
       return reply('more', '')
     end
   else
@@ -191,8 +216,15 @@ while true do
     if string.sub(tag, -1) == '0' then
       redis.call('LTRIM', doorbells[key], 0, 999)
     end
-    return reply('message', key, member)
+    taken[#taken + 1] = key
+    taken[#taken + 1] = member
+    if #taken / 2 >= most then
+      return reply('message')
+    end
   end
 end
 redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))
+if #taken > 0 then
+  return reply('last')
+end
 return reply('empty', '')
