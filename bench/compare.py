@@ -3,12 +3,14 @@
     python -m bench.compare [--events N] [--quick]          (or: make bench-compare)
 
 Contenders, each on its own private Redis server (broker, and Hookline's state), with the
-same pool and concurrency, Hookline's defaults (``-P threads -c 64``): (a) ``naive.noop``,
+same pool and concurrency, Hookline's (``-P threads -c 64``): (a) ``naive.noop``,
 a task that does nothing; (b) ``naive.webhook`` (bench/naive.py), ``requests.post(url,
 json=payload, timeout=10)`` + ``raise_for_status()`` with ``autoretry_for=(RequestException,)``
 and ``retry_backoff=True``, on Celery's defaults otherwise; (c) Hookline's
 ``hookline.deliver`` on ``celery -A app worker`` with every gate and signing. Also the naive
-task on Celery's default pool, prefork with one process per core (``naive_default``). The
+task on Celery's default pool, prefork with one process per core (``naive_default``), beside
+Hookline's default deployment, ``hookline worker`` (one threads-64 worker process per core,
+``hookline_default``). The
 receiver is bench/compare_receiver.py (asyncio, keep-alive, 204; no nginx here) in its own
 process. Events are pushed onto the queue at once as ready-made broker messages (built
 before the clock starts, so the publisher never bounds a contender).
@@ -92,7 +94,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
               "at 0 ms", flush=True)
         speed = throughput(contenders, receiver, options.events, options.slow_default_events,
                            options.rounds)
-        for name in ("noop", "naive_default"):
+        for name in ("noop", "naive_default", "hookline_default"):
             contenders.pop(name).stop()
         outages = {}
         for name, contender in contenders.items():

@@ -12,7 +12,13 @@ import redis
 
 from bench.common import RedisServer
 from bench.compare_meters import CpuMeter, RssSampler
-from bench.compare_procs import EVENT_TYPE, Contender, PoolWorker, ReceiverProcess
+from bench.compare_procs import (
+    EVENT_TYPE,
+    HOOKLINE_WORKER,
+    Contender,
+    PoolWorker,
+    ReceiverProcess,
+)
 from bench.compare_procs import payload as make_payload
 from hookline.store.history import AttemptHistory
 
@@ -23,6 +29,8 @@ CONTENDERS: dict[str, tuple[str, str, str, str, int]] = {
     "naive": ("bench.naive", "naive.webhook", "celery", "threads", 64),
     "naive_default": ("bench.naive", "naive.webhook", "celery", "prefork", 2),
     "hookline": ("app", "hookline.deliver", "hookline", "threads", 64),
+    # Hookline's default deployment: `hookline worker`, one threads-64 worker per core.
+    "hookline_default": ("app", "hookline.deliver", "hookline", HOOKLINE_WORKER, 64),
 }
 SLOW_MS = 100
 RATE, RATE_PER_SECOND = "50/s", 50
@@ -96,6 +104,7 @@ def batch(contender: Contender, receiver: ReceiverProcess, name: str, count: int
     cpu, calls = meter.per_event(count)
     return {"events": count, "seconds": round(seconds, 3), "per_second": round(count / seconds, 1),
             "rss_max_mb": rss, "duplicates": duplicates, "cpu_ms": cpu,
+            "processes": sum(worker.processes for worker in contender.workers),
             "redis_commands": round(sum(calls.values()), 2), "redis_commands_by_name": calls}
 
 

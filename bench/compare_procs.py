@@ -93,14 +93,30 @@ class ReceiverProcess:
         self._log.close()
 
 
+#: The "pool" of a contender run as Hookline's default deployment: ``hookline worker``, one
+#: Celery worker process (threads pool) per usable core.
+HOOKLINE_WORKER = "hookline-worker"
+
+
 class PoolWorker(Worker):
-    """bench.common.Worker with a choice of pool (``threads`` or ``prefork``)."""
+    """bench.common.Worker with a choice of pool (``threads`` or ``prefork``), or
+    ``hookline worker`` (:data:`HOOKLINE_WORKER`: ``processes`` Celery workers)."""
 
     def __init__(self, env: dict[str, str], log_path: Path, *, app: str, pool: str,
                  concurrency: int, name: str) -> None:
-        command = [sys.executable, "-m", "celery", "-A", app, "worker", "-P", pool,
-                   "-c", str(concurrency), "-l", "warning", "-n", f"{name}-{os.getpid()}@%h",
-                   "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        self.processes = 1
+        if pool == HOOKLINE_WORKER:
+            from hookline.cli.worker import usable_cores
+
+            self.processes = usable_cores()
+            command = [str(Path(sys.executable).with_name("hookline")), "worker", "--app", app,
+                       "-c", str(concurrency), "-l", "warning", "--without-gossip",
+                       "--without-mingle", "--without-heartbeat"]
+        else:
+            command = [sys.executable, "-m", "celery", "-A", app, "worker", "-P", pool,
+                       "-c", str(concurrency), "-l", "warning",
+                       "-n", f"{name}-{os.getpid()}@%h",
+                       "--without-gossip", "--without-mingle", "--without-heartbeat"]
         self.log_path = log_path
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
@@ -164,7 +180,7 @@ class Contender:
         deadline = time.monotonic() + timeout
         commands, per_worker = (("blmpop", "blpop"), 2) if self.hookline else (("brpop",), 1)
         while sum(c.get("cmd") in commands for c in self.client.client_list()) < \
-                per_worker * len(self.workers):
+                per_worker * sum(worker.processes for worker in self.workers):
             for worker in self.workers:
                 worker.check_alive()
             if time.monotonic() > deadline:

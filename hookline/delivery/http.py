@@ -163,13 +163,26 @@ class AttemptDeadline:
     def disarm(self, ticket: int) -> bool:
         """Stop watching; returns True if the deadline had already struck."""
         with self._wake:
-            return self._armed.pop(ticket, None) is None
+            struck = self._armed.pop(ticket, None) is None
+            self._drop_finished()
+            return struck
+
+    def _drop_finished(self) -> None:
+        """Drop the entries of finished attempts from the top of the heap. Attempts end
+        roughly in the order they start, so the heap stays about as large as the attempts in
+        flight, and the watchdog sleeps until the deadline of one still running instead of
+        waking at every finished attempt's (one wake-up per attempt, at a worker's rate)."""
+        heap = self._heap
+        while heap and heap[0][1] not in self._armed:
+            heapq.heappop(heap)
 
     def _run(self) -> None:
         while True:
             with self._wake:
+                self._drop_finished()
                 while not self._heap:
                     self._wake.wait()
+                    self._drop_finished()
                 deadline, ticket, holder = self._heap[0]
                 wait = deadline - time.monotonic()
                 if wait > 0:

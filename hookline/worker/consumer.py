@@ -27,7 +27,7 @@ class HooklineConsumer(Consumer):
     Celery buffers task events and publishes the buffer on the event loop's next turn, which
     on a busy worker is one Redis publish per event, three per delivery: a tenth of a
     worker's CPU. Here the buffer goes out at most every ``HOOKLINE_EVENTS_FLUSH_INTERVAL``
-    seconds (0.1) after its first event, or when it holds Celery's buffer limit (24 events),
+    seconds (0.1) after its first event, or when it holds the buffer limit (256 events; Celery: 24),
     as one ``task.multi`` message, which Flower reads the same way; and at shutdown, once the
     running tasks are done. See hookline/worker/events.py for what keeps every event and one
     thread's order.

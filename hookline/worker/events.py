@@ -15,7 +15,8 @@ events are appended in the order it sends them, and batches are published one at
 under the dispatcher's lock, oldest first.
 
 The buffer is published at most every ``HOOKLINE_EVENTS_FLUSH_INTERVAL`` (the consumer's
-timer, hookline/worker/consumer.py) or when it reaches Celery's buffer limit. Every pool
+timer, hookline/worker/consumer.py) or when it reaches the buffer limit (:data:`BUFFER_LIMIT`,
+256 events, unless the caller passes one; Celery's own is 24). Every pool
 thread whose event fills it calls ``flush``; the threads that waited for the lock meanwhile
 find a batch of one or two events, each a publish of its own. A flush from ``send`` therefore
 publishes only a buffer still at the limit (the timer takes the rest). Two more ways Celery
@@ -40,8 +41,17 @@ EVENTS_CLASS = "hookline.worker.events:Events"
 #: publishes only a full buffer).
 _sending = threading.local()
 
+#: Task events buffered before a pool thread publishes them itself (Celery's default is 24:
+#: a publish every 8 deliveries, a fifth of the events' cost). The timer publishes the buffer
+#: at most HOOKLINE_EVENTS_FLUSH_INTERVAL after its first event anyway, so this only bounds
+#: one message (about 250 events of a few hundred bytes) at high rates.
+BUFFER_LIMIT = 256
+
 
 class EventDispatcher(CeleryEventDispatcher):
+    def __init__(self, *args: Any, buffer_limit: int = BUFFER_LIMIT, **kwargs: Any) -> None:
+        super().__init__(*args, buffer_limit=buffer_limit, **kwargs)
+
     def send(self, type: str, *args: Any, **fields: Any) -> Any:
         _sending.active = True
         try:
