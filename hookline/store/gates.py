@@ -116,7 +116,8 @@ class Gate:
         """Pass the gates or say why not. ``digest`` (``hookline.core.identity``) binds the
         event id to its content: another content under a bound id is ``CONFLICT``."""
         config = settings()
-        reply = self._admit(
+        reply = store.call_script(
+            self._admit,
             keys=[*_keys(endpoint_id, event_id), keys.done_key(endpoint_id, event_id),
                   keys.digest_key(endpoint_id, event_id)],
             args=[
@@ -173,7 +174,8 @@ class Gate:
         """
         config = settings()
         ack = [unacked[0]] if unacked and outcome == "delivered" else []
-        held, transition = self._settle(
+        held, transition = store.call_script(
+            self._settle,
             keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id), *ack],
             args=[
                 token,
