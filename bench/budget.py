@@ -41,7 +41,7 @@ from typing import Any
 import psutil
 import redis
 
-from bench.common import FastReceiver, machine, private_redis, run_bench
+from bench.common import FastReceiver, bench_environment, machine, private_redis, run_bench
 from bench.redis_cost import Contender
 
 RESULTS = Path(__file__).resolve().parent / "results" / "budget.json"
@@ -234,13 +234,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         hook_server, hook_client = private_redis(stack, "hookline", workdir)
         naive_server, naive_client = private_redis(stack, "naive", workdir)
-        for name in list(os.environ):
-            if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
-                del os.environ[name]
-        os.environ.update(REDIS_URL=hook_server.url, BENCH_NAIVE_BROKER_URL=naive_server.url,
-                          HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
-                          HOOKLINE_ALLOWED_NETWORKS="127.0.0.0/8", HOOKLINE_METRICS_PORT="0",
-                          HOOKLINE_LOG_FORMAT="text")
+        bench_environment(workdir, REDIS_URL=hook_server.url,
+                          BENCH_NAIVE_BROKER_URL=naive_server.url, HOOKLINE_LOG_FORMAT="text")
         receiver = FastReceiver()
         stack.callback(receiver.stop)
         result: dict[str, Any] = {"machine": machine(hook_client), "events": options.events,

@@ -92,18 +92,25 @@ def private_redis(stack: ExitStack, name: str, workdir: Path) -> tuple[RedisServ
     return server, client
 
 
-def control_redis(stack: ExitStack, workdir: Path,
-                  **env: str) -> tuple[RedisServer, redis.Redis]:
-    """The benchmark process's own Redis (its ``app`` builds broker messages and registers
-    endpoints there) and environment: the calling shell's HOOKLINE_*, CELERY_*, BENCH_* and
-    REDIS_URL are dropped, then REDIS_URL, a spool, the loopback allowlist, no metrics port and
-    ``env`` are set. Call it before anything imports ``app``."""
+def bench_environment(workdir: Path, **env: str) -> None:
+    """The benchmark's environment, which its workers inherit: the calling shell's
+    HOOKLINE_*, CELERY_*, BENCH_* and REDIS_URL dropped, then a spool in ``workdir``, the
+    loopback allowlist, no metrics port and ``env`` set. Call it before anything imports
+    ``app``."""
     for name in list(os.environ):
         if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
             del os.environ[name]
-    control, client = private_redis(stack, "control", workdir)
-    os.environ.update(REDIS_URL=control.url, HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
+    os.environ.update(HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
                       HOOKLINE_ALLOWED_NETWORKS="127.0.0.0/8", HOOKLINE_METRICS_PORT="0", **env)
+
+
+def control_redis(stack: ExitStack, workdir: Path,
+                  **env: str) -> tuple[RedisServer, redis.Redis]:
+    """The benchmark process's own Redis (its ``app`` builds broker messages and registers
+    endpoints there) and environment (:func:`bench_environment`, REDIS_URL naming that Redis).
+    Call it before anything imports ``app``."""
+    control, client = private_redis(stack, "control", workdir)
+    bench_environment(workdir, REDIS_URL=control.url, **env)
     return control, client
 
 

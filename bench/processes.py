@@ -22,7 +22,15 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, FastReceiver, machine, private_redis, run_bench, stop_process
+from bench.common import (
+    ROOT,
+    FastReceiver,
+    bench_environment,
+    machine,
+    private_redis,
+    run_bench,
+    stop_process,
+)
 from hookline.cli.worker import usable_cores
 
 RESULTS = Path(__file__).resolve().parent / "results" / "processes.json"
@@ -92,11 +100,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     cores = usable_cores()
     with tempfile.TemporaryDirectory(prefix="hookline-procs-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        for name in list(os.environ):
-            if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
-                del os.environ[name]
-        os.environ.update(HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
-                          HOOKLINE_ALLOWED_NETWORKS="127.0.0.0/8", HOOKLINE_METRICS_PORT="0")
+        bench_environment(workdir)
         _, control = private_redis(stack, "control", workdir)
         result: dict[str, Any] = {"machine": machine(control), "cores": cores,
                                   "events": options.events, "runs": []}

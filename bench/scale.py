@@ -52,6 +52,7 @@ from bench.common import (
     LocalCluster,
     RedisServer,
     Worker,
+    bench_environment,
     machine,
     private_redis,
     rabbitmq_unavailable,
@@ -348,12 +349,7 @@ def endpoints_per_master(setup: Setup) -> dict[str, int]:
 def run(options: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hookline-scale-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
-        for name in list(os.environ):
-            if name.startswith(("HOOKLINE_", "CELERY_", "BENCH_")) or name == "REDIS_URL":
-                del os.environ[name]
-        os.environ.update(HOOKLINE_DLQ_SPOOL=str(workdir / "spool"),
-                          HOOKLINE_ALLOWED_NETWORKS="127.0.0.0/8", HOOKLINE_METRICS_PORT="0",
-                          HOOKLINE_LOG_FORMAT="text")
+        bench_environment(workdir, HOOKLINE_LOG_FORMAT="text")
         with ExitStack() as probe:
             _, client = private_redis(probe, "probe", workdir)
             info = machine(client)

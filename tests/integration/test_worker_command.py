@@ -97,14 +97,7 @@ def test_two_workers_share_the_deliveries_serve_one_metrics_and_stop_together(re
                                                                        always(Reply(204))))
     port = free_port()
     log = ROOT / ".pytest-worker-command.log"
-    env = {**os.environ, **TEST_ENV, "REDIS_URL": ISOLATED_URL, "PYTHONUNBUFFERED": "1",
-           "HOOKLINE_METRICS_PORT": str(port)}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    with open(log, "w") as out:
-        supervisor = subprocess.Popen(
-            [HOOKLINE, "worker", "--app", "app", "--processes",
-             "2", "-l", "info", "-c", "4", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    supervisor = two_workers(log, metrics_port=port, concurrency=4)
     try:
         # Both workers consume: two blocked consumers on the doorbell.
         wait_until(lambda: consumers(isolated) >= 2,
@@ -133,15 +126,21 @@ def test_two_workers_share_the_deliveries_serve_one_metrics_and_stop_together(re
     wait_until(lambda: not consumers(isolated), 10)
 
 
-def test_a_worker_that_dies_stops_the_others(receiver, isolated):
+def two_workers(log: Path, *, metrics_port: int, concurrency: int) -> subprocess.Popen[bytes]:
+    """``hookline worker --processes 2`` on the isolated database, its output in ``log``."""
     env = {**os.environ, **TEST_ENV, "REDIS_URL": ISOLATED_URL, "PYTHONUNBUFFERED": "1",
-           "HOOKLINE_METRICS_PORT": "0"}
-    log = ROOT / ".pytest-worker-command-death.log"
+           "HOOKLINE_METRICS_PORT": str(metrics_port)}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     with open(log, "w") as out:
-        supervisor = subprocess.Popen(
-            [HOOKLINE, "worker", "--app", "app", "--processes",
-             "2", "-l", "info", "-c", "2", "--without-gossip", "--without-mingle"],
+        return subprocess.Popen(
+            [HOOKLINE, "worker", "--app", "app", "--processes", "2", "-l", "info",
+             "-c", str(concurrency), "--without-gossip", "--without-mingle"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def test_a_worker_that_dies_stops_the_others(receiver, isolated):
+    log = ROOT / ".pytest-worker-command-death.log"
+    supervisor = two_workers(log, metrics_port=0, concurrency=2)
     try:
         wait_until(lambda: consumers(isolated) >= 2,
                    timeout=60, what=lambda: log.read_text()[-2000:])
