@@ -235,17 +235,3 @@ def test_publish_on_commit_fans_out_only_once_the_transaction_commits(django_cli
     delivered(endpoint_id, event_id)
     assert [r.webhook_id for r in receiver.requests_to(f"/{endpoint_id}")] == [event_id]
     assert rolled_back != event_id
-
-
-@pytest.mark.skipif(hasattr(__import__("hookline"), "publish"),
-                    reason="hookline.publish exists: the test above covers publish_on_commit")
-def test_publish_on_commit_says_plainly_when_this_build_cannot_publish(django_client):
-    from django.db import transaction
-
-    from hookline import HooklineError
-    from hookline.contrib.django import publish_on_commit
-
-    with pytest.raises(HooklineError, match="send_webhook_on_commit"), transaction.atomic():
-        publish_on_commit("shop", "order.created", {"order_id": 7})
-    with pytest.raises(WebhookInputError, match="event type"):
-        publish_on_commit("shop", "", {"order_id": 7})
