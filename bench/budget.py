@@ -72,6 +72,9 @@ STAGES: list[tuple[str, list[tuple[str, str]]]] = [
     ("Hookline's own logic", [("hookline/", ""), ("bench/naive.py", "")]),
 ]
 OTHER = "other (threads, json, ...)"
+#: Hookline's frames that serve several stages and decide none: their callers do (the
+#: script call under both admit and settle).
+PASS_THROUGH = (("hookline/store/connection.py", "call_script"),)
 #: Innermost frames of a thread that waits for work: py-spy, which cannot stop the worker
 #: (``--nonblocking``), sometimes reports such a thread as running. Left out of the shares.
 IDLE_LEAVES = (("_worker", "concurrent/futures/thread.py:81"),)
@@ -97,6 +100,8 @@ def stage_of(stack: str) -> str | None:
         return None
     for frame in reversed(frames):
         function, _, where = frame.partition(" (")
+        if any(path in where and function == func for path, func in PASS_THROUGH):
+            continue
         for name, marks in STAGES:
             for path, func in marks:
                 # py-spy names methods Class.method: the name must match whole.

@@ -89,7 +89,10 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         stack.callback(hold_signals)
         for contender in contenders.values():
             contender.wait_consuming()
-            batch(contender, receiver, f"{contender.name}-warm", min(200, options.events))
+            # 200 events per worker process, so that each has opened its connections.
+            processes = sum(worker.processes for worker in contender.workers)
+            batch(contender, receiver, f"{contender.name}-warm",
+                  min(200 * processes, options.events))
         print(f"parts 1-2: throughput, {options.events:,} events, {options.rounds} round(s) "
               "at 0 ms", flush=True)
         speed = throughput(contenders, receiver, options.events, options.slow_default_events,

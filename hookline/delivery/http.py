@@ -12,6 +12,7 @@ guard checked, and end any attempt that outlives its total time budget.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import http.client
 import itertools
@@ -25,7 +26,7 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import LocationParseError
-from urllib3.util import parse_url
+from urllib3.util import Url, parse_url
 
 from hookline.core.config import settings
 from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
@@ -104,7 +105,7 @@ class PinnedPools:
              read_timeout: float) -> urllib3.BaseHTTPResponse:
         """POST ``body``; the answer's body is left unread (``preload_content=False``)."""
         try:
-            parsed = parse_url(url)
+            parsed = _parsed(url)
         except LocationParseError:
             raise InvalidTarget("invalid_url") from None
         scheme = (parsed.scheme or "").lower()
@@ -126,6 +127,13 @@ class PinnedPools:
             retries=False, assert_same_host=False, preload_content=False,
             timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(url: str) -> Url:
+    """urllib3's ``parse_url`` (immutable), kept for the URLs attempts go to: parsing and
+    normalising one costs about 2% of a delivery's CPU. An unparseable URL raises each time."""
+    return parse_url(url)
 
 
 class AttemptDeadline:
