@@ -21,7 +21,7 @@ dead-lettered) for ``hookline event show``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from hookline.store import connection as store
@@ -65,8 +65,11 @@ class AttemptRecord:
         return self.error or self.outcome
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["at"], data["latency"] = round(self.at, 3), round(self.latency, 4)
+        # The fields by hand, in their order: dataclasses.asdict deep-copies each value, a
+        # measurable share of a delivery's CPU.
+        data = {"attempt": self.attempt, "at": round(self.at, 3), "outcome": self.outcome,
+                "status": self.status, "latency": round(self.latency, 4), "error": self.error,
+                "response": self.response}
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
