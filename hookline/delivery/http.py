@@ -57,13 +57,39 @@ def status_of(exc: BaseException) -> int | None:
 
 class _Tracked:
     """Remembers, per thread, the connection the current request runs on; its responses keep
-    their status line when their headers are malformed."""
+    their status line when their headers are malformed. Sends the request's head and its
+    body in one write: urllib3 writes them apart (two system calls and two TCP segments per
+    attempt, each handing the interpreter lock over)."""
 
     response_class: type[http.client.HTTPResponse] = StatusKeepingResponse
+    #: The head written during ``request``, held for the body's write; None: none held.
+    _held_head: bytes | None = None
+    _holding = False
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
         _current.connection = self
-        return super().request(*args, **kwargs)  # type: ignore[misc]
+        self._holding, self._held_head = True, None
+        try:
+            result = super().request(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            self._holding, self._held_head = False, None
+            raise
+        self._holding = False
+        if self._held_head is not None:  # no body came: the head alone
+            head, self._held_head = self._held_head, None
+            super().send(head)
+        return result
+
+    def send(self, data: Any) -> None:
+        if self._holding and isinstance(data, bytes | bytearray):
+            if self._held_head is None:
+                self._held_head = bytes(data)  # the head (http.client's endheaders)
+                return
+            data, self._held_head, self._holding = self._held_head + data, None, False
+        elif self._held_head is not None:
+            head, self._held_head = self._held_head, None
+            super().send(head)  # type: ignore[misc]
+        super().send(data)  # type: ignore[misc]
 
 
 class TrackedHTTPConnection(_Tracked, HTTPConnection):
