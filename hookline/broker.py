@@ -181,7 +181,7 @@ class Channel(kombu_redis.Channel):
                     for queue in queues]
             bells = [doorbell_key(queue) for _ in self.priority_steps for queue in queues]
             config = settings()
-            park_held = config.broker_url == config.redis_url
+            park_held = config.broker_is_state
             endpoints = list(self._endpoints) if park_held else []
             endpoint_keys = self._endpoint_keys if park_held else []
             command = ["EVALSHA", _CONSUME_SHA, 6 + 2 * len(keys) + len(endpoint_keys),
@@ -333,7 +333,7 @@ class Channel(kombu_redis.Channel):
         config = settings()
         expires = getattr(self, "_expires", None)
         if (self.global_keyprefix or (expires and queue in expires)
-                or config.broker_url != config.redis_url):
+                or not config.broker_is_state):
             verdict = claims().claim(endpoint_id, event_id, digest)
             if verdict in (Claim.MISSING, Claim.CONFLICT):
                 raise ClaimRefused(verdict)

@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from hookline.core import metrics
-from hookline.core.config import Settings, broker_is_amqp, settings
+from hookline.core.config import Settings, settings
 from hookline.core.metrics import BREAKER_STATES, QUEUES
 from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
 from hookline.store import connection as store
@@ -137,9 +137,9 @@ class RedisStateCollector(Collector):
 def broker_client_for(config: Settings, state: Any) -> Any:
     """What the queue depths are read from: Hookline's Redis client ``state`` when the broker
     is that Redis, a client for a Redis broker elsewhere, or a :class:`RabbitBroker`."""
-    if broker_is_amqp(config.broker_url):
+    if config.broker_amqp:
         return RabbitBroker()
-    if config.broker_url == config.redis_url:
+    if config.broker_is_state:
         return state
     return store.redis_for(config.broker_url, decode_responses=False, socket_timeout=5,
                            socket_connect_timeout=5)

@@ -20,7 +20,7 @@ from hookline.cli.output import (
     watch_frames,
 )
 from hookline.cli.schedule import schedule_json, schedule_rows
-from hookline.core.config import broker_is_amqp, settings
+from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
 from hookline.store import connection as store
@@ -35,14 +35,14 @@ def queue_depths() -> dict[str, int]:
     """Messages waiting in each Celery queue, as the broker counts them: LLEN of a Redis
     broker's lists (which may be another Redis), a passive declare on RabbitMQ."""
     config = settings()
-    if broker_is_amqp(config.broker_url):
+    if config.broker_amqp:
         try:
             return RabbitBroker().depths((DELIVERY_QUEUE, RETRY_QUEUE))
         except BrokerUnavailable as exc:
             raise click.ClickException(
                 f"the broker at {redacted(config.broker_url)} (HOOKLINE_BROKER_URL): {exc}"
             ) from None
-    variable = "REDIS_URL" if config.broker_url == config.redis_url else "HOOKLINE_BROKER_URL"
+    variable = "REDIS_URL" if config.broker_is_state else "HOOKLINE_BROKER_URL"
     try:
         broker = redis_for(config.broker_url, decode_responses=False,
                            socket_connect_timeout=5, socket_timeout=10)

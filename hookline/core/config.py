@@ -160,6 +160,17 @@ class Settings:
     def state_is_cluster(self) -> bool:
         """``REDIS_URL`` names a Redis Cluster (``redis+cluster://``)."""
         return self.redis_url.startswith(CLUSTER_SCHEMES)
+
+    @property
+    def broker_is_state(self) -> bool:
+        """The broker is Hookline's own Redis (``HOOKLINE_BROKER_URL`` unset, or the same URL
+        as ``REDIS_URL``): one script can touch a message and Hookline's state together."""
+        return self.broker_url == self.redis_url
+
+    @functools.cached_property
+    def broker_amqp(self) -> bool:
+        """The broker is RabbitMQ (:func:`broker_is_amqp`), worked out once per settings."""
+        return broker_is_amqp(self.broker_url)
     #: Redis Sentinel (a ``sentinel://`` REDIS_URL or HOOKLINE_BROKER_URL, see
     #: ``hookline/core/sentinel.py``): the name of the master the Sentinels monitor, the same
     #: for both URLs; "" when neither is a Sentinel URL.
@@ -501,7 +512,7 @@ def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) 
             "unset it (a sentinel:// broker still waits for all its replicas) or set 0")
     shards = _integer(env, "HOOKLINE_STATE_SHARDS",
                       CLUSTER_SHARDS if settings.state_is_cluster else 1, minimum=1, maximum=256)
-    if shards > 1 and settings.broker_url == settings.redis_url:
+    if shards > 1 and settings.broker_is_state:
         raise ConfigError(
             f"HOOKLINE_STATE_SHARDS={shards} needs HOOKLINE_BROKER_URL apart from {variable}: "
             "on a shared Redis the state stays in one shard (1)")

@@ -30,7 +30,7 @@ from typing import Any
 from kombu.utils.json import dumps as json_dumps
 from kombu.utils.uuid import uuid
 
-from hookline.core.config import Settings, broker_is_amqp, settings
+from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME, TASK_NAME, shown_args, stamped
 from hookline.delivery.publisher import celery_app, publish
@@ -101,8 +101,8 @@ def pushed_by_script(config: Settings) -> bool:
     """Whether the broker is Hookline's own plain Redis, where push_fanout.lua enqueues a
     batch and moves the cursor in one step (Sentinel's publishes wait for replicas, so they
     go through kombu)."""
-    return (config.broker_url == config.redis_url and not broker_is_amqp(config.broker_url)
-            and config.redis_url.startswith(("redis://", "rediss://", "unix://")))
+    return config.broker_is_state and config.redis_url.startswith(
+        ("redis://", "rediss://", "unix://"))
 
 
 def _push_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int,

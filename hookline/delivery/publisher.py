@@ -56,7 +56,7 @@ def claims_on_publish() -> bool:
     Hookline's Redis transport on Hookline's own Redis, so claim and push are one script."""
     config = settings()
     transport = str(celery_app().conf.broker_transport or "")
-    return transport.startswith("hookline.broker:") and config.broker_url == config.redis_url
+    return transport.startswith("hookline.broker:") and config.broker_is_state
 
 
 def publish(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = None, *,

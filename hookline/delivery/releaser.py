@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from kombu.exceptions import KombuError
 
-from hookline.core.config import Settings, broker_is_amqp, settings
+from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.fanout import sweep_fanouts
@@ -29,9 +29,9 @@ def broker_target(config: Settings) -> Any:
     """Where released retries go: None when the broker is Hookline's own Redis (release.lua
     pushes them itself), a Redis client for a Redis broker elsewhere, or a
     :class:`RabbitBroker` for RabbitMQ."""
-    if broker_is_amqp(config.broker_url):
+    if config.broker_amqp:
         return RabbitBroker()
-    if config.broker_url != config.redis_url:
+    if not config.broker_is_state:
         return redis_for(config.broker_url, decode_responses=False)
     return None
 

@@ -105,7 +105,7 @@ class ParkingTask(Task):
             log_event("schedule.park_failed", level=logging.WARNING, endpoint_id=args[0],
                       event_id=kwargs["event_id"], error=type(exc).__name__, next="redelivered")
             config = settings()
-            if config.broker_url != config.redis_url:
+            if not config.broker_is_state:
                 # A broker apart from Hookline's Redis takes the requeue at once: pace it,
                 # or the message would loop through the worker as fast as it can fail.
                 time.sleep(1.0)

@@ -18,7 +18,7 @@ from celery.signals import task_failure, task_revoked
 from kombu.exceptions import OperationalError
 
 from hookline.core import metrics
-from hookline.core.config import Settings, broker_is_amqp, settings
+from hookline.core.config import settings
 from hookline.core.errors import HooklineError
 from hookline.core.event import (
     MalformedEvent,
@@ -83,7 +83,8 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
                                self.request.id, "malformed", exc)
         return {"outcome": "dead_lettered", "reason": "malformed"}
-    amqp, same_redis = _broker_shape(settings())
+    config = settings()
+    amqp = config.broker_amqp
     held = HELD.held(endpoint_id) if amqp else None  # a Redis broker's consume.lua parks them
     if held is not None and request.deadline is None:
         return _park_held(self, request, *held)
@@ -93,7 +94,7 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
     # gate's Redis: a delivered event's settle removes it (the acknowledgement, one round
     # trip less); Celery's ack after the task then sends nothing.
     tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
-    unacked = held_record(tag) if same_redis and tag else None
+    unacked = held_record(tag) if config.broker_is_state and tag else None
     result = DeliveryTask.engine.attempt(request, token=attempt_token(), unacked=unacked)
     if unacked is not None and isinstance(result, Finished) and result.acknowledged:
         settled(str(tag))
@@ -133,19 +134,6 @@ def attempt_token() -> str:
     if tokens is None or tokens[0] != os.getpid():
         tokens = _tokens = (os.getpid(), secrets.token_hex(12), itertools.count())
     return f"{tokens[1]}-{next(tokens[2])}"
-
-
-_shape: tuple[Settings, bool, bool] | None = None
-
-
-def _broker_shape(config: Settings) -> tuple[bool, bool]:
-    """Whether the broker is RabbitMQ, and whether it is Hookline's own Redis (the same
-    URL), worked out once per settings rather than per delivery."""
-    global _shape
-    if _shape is None or _shape[0] is not config:
-        _shape = (config, broker_is_amqp(config.broker_url),
-                  config.broker_url == config.redis_url)
-    return _shape[1], _shape[2]
 
 
 def _park_held(task: DeliveryTask, request: DeliveryRequest, reason: str,
