@@ -64,8 +64,6 @@ class Finished:
     outcome: str
     reason: str = ""
     status: int | None = None
-    #: The message was acknowledged in the settle's step (``attempt``'s ``unacked``).
-    acknowledged: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,7 +178,7 @@ class DeliveryEngine:
 
         ``unacked``: the message's record in the broker's unacked records, when the broker is
         the gate's Redis (``hookline.unacked.held_record``): a delivered event's settle
-        removes it, and the result says ``acknowledged``."""
+        removes it (``Gate.settle``), so a ``Finished("delivered")`` is acknowledged."""
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending",
@@ -261,10 +259,8 @@ class DeliveryEngine:
             latency=result.latency, error=result.error,
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
-        acknowledged = recorded == "delivered" and unacked is not None
         self._settle(endpoint, request, token, recorded, retry_after, record, digest,
-                     admission.redis_now_ms() if admission else 0,
-                     unacked if acknowledged else None)
+                     admission.redis_now_ms() if admission else 0, unacked)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if result.refused:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
@@ -274,7 +270,7 @@ class DeliveryEngine:
             self._log_attempt("delivery.succeeded", request, result)
             metrics.count_outcome(endpoint.id, "delivered", registered=True)
             metrics.observe_lag(ended - published)
-            return Finished("delivered", status=result.status, acknowledged=acknowledged)
+            return Finished("delivered", status=result.status)
         if outcome is Outcome.GONE:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
                               reason="endpoint_gone")

@@ -96,8 +96,8 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
     tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
     unacked = held_record(tag) if config.broker_is_state and tag else None
     result = DeliveryTask.engine.attempt(request, token=attempt_token(), unacked=unacked)
-    if unacked is not None and isinstance(result, Finished) and result.acknowledged:
-        settled(str(tag))
+    if unacked is not None and isinstance(result, Finished) and result.outcome == "delivered":
+        settled(str(tag))  # the settle that marked it delivered removed its record
     if isinstance(result, Deferred):  # not an attempt: the count stays
         if amqp:
             HELD.remember(endpoint_id, result)
