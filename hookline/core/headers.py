@@ -35,6 +35,12 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-a
 MASK = "****"
 
 
+def is_owned(name: str) -> bool:
+    """Whether Hookline sets header ``name`` itself on every request (any case)."""
+    lower = name.lower()
+    return lower.startswith("webhook-") or lower in OWNED
+
+
 class InvalidHeader(InvalidField):
     """A header refused; the message names the header, never its value."""
 
@@ -52,11 +58,10 @@ def check_header_name(name: object) -> str:
     if not HEADER_NAME.match(name):
         raise InvalidHeader(f"header name {name!r} is not a valid HTTP header name (letters, "
                             "digits and !#$%&'*+-.^_`|~ only)")
-    lower = name.lower()
-    if lower.startswith("webhook-") or lower in OWNED:
+    if is_owned(name):
         raise InvalidHeader(f"header {name!r} is set by Hookline on every request and cannot "
                             "be set per endpoint")
-    if lower in HOP_BY_HOP:
+    if name.lower() in HOP_BY_HOP:
         raise InvalidHeader(f"header {name!r} is a hop-by-hop header about the connection and "
                             "cannot be set per endpoint")
     return name

@@ -34,6 +34,7 @@ from urllib3.exceptions import (
 
 from hookline import __version__
 from hookline.core.config import settings
+from hookline.core.headers import is_owned
 from hookline.core.ssrf import TargetRefused
 from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline, status_of
 from hookline.store.endpoints import Endpoint
@@ -87,7 +88,6 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
     name in another case is dropped here too)."""
     sent_at = datetime.now(tz=UTC)
     owned = {
-
         # The connection goes to the address the SSRF guard pinned; the name goes here.
         "Host": urlsplit(endpoint.url).netloc,
         "webhook-id": event.id,
@@ -99,9 +99,9 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
         "User-Agent": USER_AGENT,
         "Accept": "*/*",
     }
-    taken = {name.lower() for name in owned}
-    extra = {name: value for name, value in endpoint.headers.items()
-             if name.lower() not in taken and not name.lower().startswith("webhook-")}
+    if not endpoint.headers:
+        return owned
+    extra = {name: value for name, value in endpoint.headers.items() if not is_owned(name)}
     return {**extra, **owned}
 
 
