@@ -136,10 +136,10 @@ class DeliveryMessages:
         self.event, self.size, self.app, self.payload = event, size, app, payload
         # An id or type holding a stand-in's text would be filled in too: build those whole.
         self.whole = "@@hookline-" in event.event_id + event.event_type
-        kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline})
+        self.kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline})
         template = json.loads(build_message(
             app, task_name=TASK_NAME, task_id=_TASK_ID, args=(_ENDPOINT, event.event_type, payload),
-            kwargs=kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR))
+            kwargs=self.kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR))
         _args, kwargs, embed = json.loads(base64.b64decode(template["body"]))
         # The body: [[endpoint id, type, payload], kwargs, embed], the endpoint id put in front.
         self.body_tail = json_dumps([event.event_type, payload])[1:] + ", " + json_dumps(
@@ -158,9 +158,7 @@ class DeliveryMessages:
         if self.whole:
             return build_message(
                 self.app, task_name=TASK_NAME, task_id=task_id,
-                args=(endpoint_id, self.event.event_type, self.payload),
-                kwargs=stamped({"event_id": self.event.event_id,
-                                "deadline": self.event.deadline}),
+                args=(endpoint_id, self.event.event_type, self.payload), kwargs=self.kwargs,
                 retries=0, queue=DELIVERY_QUEUE, argsrepr=argsrepr)
         body = f"[[{json_dumps(endpoint_id)}, {self.body_tail}"
         return (self.text
