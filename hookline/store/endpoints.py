@@ -37,6 +37,7 @@ from hookline.core.subscriptions import (
 from hookline.core.target import check_endpoint_url, parse_target
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.catalog import EventCatalog
 
 #: Names given as a comma-separated string or a sequence (event filters, channels).
 Names = str | Sequence[str] | None
@@ -435,7 +436,7 @@ class EndpointRegistry:
         would otherwise subscribe the endpoint to nothing, silently."""
         if not filters:
             return
-        catalog = self.redis.hkeys(keys.CATALOG_KEY)
+        catalog = EventCatalog(self.redis).names()
         unknown = unknown_filters(filters, catalog) if catalog else []
         if unknown:
             raise EndpointError(
