@@ -35,6 +35,7 @@ from hookline.core.subscriptions import (
 )
 from hookline.delivery.fanout import FANOUT_LOOK_AFTER, enqueue_fanout
 from hookline.enqueue import WebhookInputError
+from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.fanouts import FanoutLog, PublishedEvent, Recorded
@@ -42,8 +43,7 @@ from hookline.store.fanouts import FanoutLog, PublishedEvent, Recorded
 
 class UnknownApplication(WebhookInputError):
     def __init__(self, app_id: str) -> None:
-        super().__init__(f"no application {app_id!r}: add it with 'hookline app add {app_id}'",
-                         "app_id")
+        super().__init__(unknown_app_message(app_id), "app_id")
         self.app_id = app_id
 
 

@@ -26,6 +26,11 @@ MAX_NAME_LENGTH = 200
 MAX_DESCRIPTION_LENGTH = 1000
 
 
+def unknown_app_message(app_id: str) -> str:
+    """What every way in says of an application that does not exist."""
+    return f"no application {app_id!r}: add it with 'hookline app add {app_id}'"
+
+
 class AppError(InvalidField):
     """Bad application input, or an operation its state refuses; the message says why."""
 
@@ -35,7 +40,7 @@ class AppError(InvalidField):
 
 class UnknownApplication(AppError):
     def __init__(self, app_id: str) -> None:
-        super().__init__(f"no application {app_id!r}: add it with 'hookline app add {app_id}'")
+        super().__init__(unknown_app_message(app_id))
         self.app_id = app_id
 
 

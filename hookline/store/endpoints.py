@@ -37,6 +37,7 @@ from hookline.core.subscriptions import (
 from hookline.core.target import check_endpoint_url, parse_target
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
 
 #: Names given as a comma-separated string or a sequence (event filters, channels).
@@ -355,8 +356,7 @@ def validate_subscription(event_types: Any, channels: Any) -> tuple[tuple[str, .
 
 class UnknownApp(EndpointError):
     def __init__(self, app_id: str) -> None:
-        super().__init__(f"no application {app_id!r}: add it with 'hookline app add {app_id}'",
-                         "app")
+        super().__init__(unknown_app_message(app_id), "app")
         self.app_id = app_id
 
 
