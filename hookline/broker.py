@@ -56,9 +56,16 @@ from hookline.core import metrics
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.delivery.retries import dead_letter_text
+from hookline.liveness import Liveness, process_liveness
 from hookline.store.connection import load_script, ring
 from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claim_keys, claims
-from hookline.store.keys import breaker_key, doorbell_key, schedule_endpoint_key
+from hookline.store.keys import (
+    FAIR_WAITING_KEY,
+    breaker_key,
+    doorbell_key,
+    fair_waiting_key,
+    schedule_endpoint_key,
+)
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 from hookline.unacked import QoS, parse_member
 
@@ -66,6 +73,9 @@ _CONSUME = load_script("consume")
 _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
 
 
+#: The doorbell token settle.lua pushes when an endpoint with waiting deliveries finished an
+#: attempt: the consumer woken by it looks at every endpoint's waiting deliveries.
+FAIR_TOKEN = b"w"
 #: Most deliveries to held endpoints consume.lua parks in one call (bounds its run time).
 PARK_BATCH = 200
 #: Most messages one consume call takes (fewer when the consumer has fewer free prefetch
@@ -123,6 +133,11 @@ class Channel(kombu_redis.Channel):
         self._blmpop: bool | None = None
         self._shared_client: tuple[Any, Any] | None = None
         self._claim_push: Any = None  # claim_push.lua, registered on first use
+        #: Look at every endpoint's waiting deliveries in the next consume call (the last one
+        #: said some wait, or a doorbell token said one may go now).
+        self._fair_look = True
+        #: The current wait is only for a heartbeat to say this process is still live.
+        self._stale = False
         super().__init__(*args, **kwargs)
         if not self.global_keyprefix:
             self._load_script()  # now, rather than on the first NOSCRIPT reply
@@ -181,15 +196,26 @@ class Channel(kombu_redis.Channel):
                     for queue in queues]
             bells = [doorbell_key(queue) for _ in self.priority_steps for queue in queues]
             config = settings()
+            live = self._liveness()
+            if live is not None and not live.fresh():
+                # Paused past half the liveness window (or not yet registered): this process
+                # may have been declared dead. Take nothing until a heartbeat says where it
+                # stands (a short wait on the doorbells instead).
+                self._waiting, self._stale = True, True
+                return self._brpop_start(min(timeout, 0.2))
             park_held = config.broker_is_state
             endpoints = list(self._endpoints) if park_held else []
             endpoint_keys = self._endpoint_keys if park_held else []
-            command = ["EVALSHA", _CONSUME_SHA, 6 + 2 * len(keys) + len(endpoint_keys),
-                       self.qos.records_key, *SCHEDULE_KEYS, WAKE_KEY,
+            slots = live.total_slots if live is not None and park_held else 0
+            dig_above = (live.live * min(config.runnable_attempts, live.slots)
+                         if live is not None else 0)
+            command = ["EVALSHA", _CONSUME_SHA, 7 + 2 * len(keys) + len(endpoint_keys),
+                       self.qos.records_key, *SCHEDULE_KEYS, WAKE_KEY, FAIR_WAITING_KEY,
                        *keys, *bells, *endpoint_keys,
                        repr(time()), "1" if park_held else "0", config.schedule_max,
                        config.schedule_max_per_endpoint, PARK_BATCH, len(keys),
-                       self._batch(), *endpoints]
+                       self._batch(), live.current().token if live is not None else "",
+                       slots, dig_above, "1" if self._fair_look else "0", *endpoints]
         self._in_poll = connection
         # Read by kombu 5.7's check of the consuming connection; unused by kombu 5.6.
         self._brpop_sent_at = monotonic()  # type: ignore[assignment, unused-ignore]
@@ -216,6 +242,9 @@ class Channel(kombu_redis.Channel):
             flush_reauth = getattr(self, "_flush_brpop_reauth", None)
             if flush_reauth is not None:
                 flush_reauth()
+        if waited and self._stale:
+            self._stale = False
+            raise kombu_redis.Empty()
         if waited:
             # Woken: look at the queues again. One token: a push woke this consumer for one
             # message; once it is taken the queues are most likely empty, and a message
@@ -223,14 +252,18 @@ class Channel(kombu_redis.Channel):
             # less per message at low rates). Two tokens, or none (the timeout: pushes that
             # leave none, kombu's stock transport): consume until the queues are empty.
             self._waiting = False
-            tokens = 0 if reply is None else (len(reply[1]) if self._blmpop else 1)
-            self._single_wake = tokens == 1
+            tokens = [] if reply is None else (reply[1] if self._blmpop else [reply[1]])
+            self._single_wake = len(tokens) == 1
+            if FAIR_TOKEN in tokens:
+                # An endpoint with waiting deliveries finished an attempt (settle.lua).
+                self._fair_look, self._single_wake = True, False
             raise kombu_redis.Empty()
         kind = bytes_to_str(reply[0])
-        taken = 2 * int(reply[1]) if kind in ("message", "last") else 0
-        _report_parked(reply[3:] if kind == "bad" else reply[2 + taken:])
+        self._fair_look = reply[1] in (b"1", "1")
+        taken = 2 * int(reply[2]) if kind in ("message", "last") else 0
+        _report_parked(reply[4:] if kind == "bad" else reply[3 + taken:])
         if taken:
-            return self._deliver_taken(reply[2:2 + taken], last=kind == "last")
+            return self._deliver_taken(reply[3:3 + taken], last=kind == "last")
         if kind == "empty":
             self._waiting = True
             self._single_wake = False
@@ -240,16 +273,28 @@ class Channel(kombu_redis.Channel):
         if kind == "need":
             # The next message is for an endpoint whose keys were not passed: pass them (the
             # least recently needed endpoint makes room) and look again at once.
-            self._endpoints.pop(bytes_to_str(reply[1]), None)
-            self._endpoints[bytes_to_str(reply[1])] = None
+            self._endpoints.pop(bytes_to_str(reply[2]), None)
+            self._endpoints[bytes_to_str(reply[2])] = None
             while len(self._endpoints) > HELD_ENDPOINTS:
                 del self._endpoints[next(iter(self._endpoints))]
             self._endpoint_keys = [key for endpoint in self._endpoints for key in
-                                   (breaker_key(endpoint), schedule_endpoint_key(endpoint))]
+                                   (breaker_key(endpoint), schedule_endpoint_key(endpoint),
+                                    fair_waiting_key(endpoint))]
             raise kombu_redis.Empty()
         # 'bad'
-        self._drop_bad_item(bytes_to_str(reply[1]), bytes_to_str(reply[2]))
+        self._drop_bad_item(bytes_to_str(reply[2]), bytes_to_str(reply[3]))
         raise kombu_redis.Empty()
+
+    def _liveness(self) -> Liveness | None:
+        """This process's heartbeat (registered on its first consume), with this channel's
+        reaper; None with a ``global_keyprefix`` (kombu's own records, restored by the
+        visibility timeout)."""
+        if self.global_keyprefix:
+            return None
+        live = process_liveness(slots=self.qos.prefetch_count or 1)
+        if live is not None:
+            live.add_reaper(self.qos.reap)
+        return live
 
     def _batch(self) -> int:
         """How many messages the next consume call may take: one after a single wake-up (a

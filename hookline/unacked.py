@@ -39,9 +39,17 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.exceptions import NoScriptError, RedisError
 
+from hookline.core.attempts import waiting_on_receivers
+from hookline.core.config import settings
 from hookline.delivery.retries import dead_letter_text
 from hookline.store.connection import load_script
-from hookline.store.keys import doorbell_key
+from hookline.store.keys import (
+    FAIR_WAITING_KEY,
+    WORKERS_LIVE_KEY,
+    doorbell_key,
+    endpoint_key,
+    fair_waiting_key,
+)
 
 logger = logging.getLogger("hookline")
 
@@ -56,6 +64,7 @@ UNACKED_RECORDS_KEY = f"{KOMBU_UNACKED_KEY}_records"
 _KOMBU_SWEEP_CALL_PERIOD = 10
 
 _RESTORE = load_script("restore")
+_WAIT_SHARE = load_script("wait_share")
 _RESTORE_SHA = hashlib.sha1(_RESTORE.encode()).hexdigest()
 _TAG = json.JSONDecoder()
 
@@ -65,26 +74,45 @@ def records_key(unacked_key: str) -> str:
     return f"{unacked_key}_records"
 
 
-def record_member(tag: str, message: str, exchange: str, routing_key: str) -> str:
-    """The member consume.lua writes: the delivery tag as a JSON string, then kombu's record
-    ``[message, exchange, routing key]`` (``message``: the raw JSON envelope). A JSON string
-    ends at its first unescaped quote, so no tag can run into the record."""
-    return json.dumps(tag) + f"[{message},{json.dumps(exchange)},{json.dumps(routing_key)}]"
+def record_member(tag: str, message: str, exchange: str, routing_key: str,
+                  owner: str = "") -> str:
+    """The member consume.lua writes: the owner's liveness token and a space (none for a
+    consumer without one), the delivery tag as a JSON string, then kombu's record ``[message,
+    exchange, routing key]`` (``message``: the raw JSON envelope). A JSON string ends at its
+    first unescaped quote, so no tag can run into the record."""
+    head = f"{owner} " if owner else ""
+    return (head + json.dumps(tag)
+            + f"[{message},{json.dumps(exchange)},{json.dumps(routing_key)}]")
 
 
 def parse_member(member: str | bytes) -> tuple[str, str] | None:
     """``(delivery tag, record JSON)`` of a records-set member; None for anything else (a
     bare tag of kombu's index, garbage)."""
     text = bytes_to_str(member)
+    start = 0
     if not text.startswith('"'):
-        return None
+        start = text.find(' "', 0, 80) + 1
+        if start == 0:
+            return None
     try:
-        tag, end = _TAG.raw_decode(text)
+        tag, end = _TAG.raw_decode(text, start)
     except ValueError:
         return None
     if not isinstance(tag, str) or not text.startswith("[", end):
         return None
     return tag, text[end:]
+
+
+def member_owner(member: str | bytes) -> str:
+    """The liveness token of the process that took the message of ``member`` ('' for a
+    record written without one: an earlier Hookline, no liveness)."""
+    head = member[:80]
+    if isinstance(head, bytes):
+        head = head.decode("ascii", "replace")
+    if head.startswith('"'):
+        return ""
+    space = head.find(" ")
+    return head[:space] if space > 0 else ""
 
 
 #: The messages this process's channels hold with a records-set member, by delivery tag:
@@ -102,6 +130,50 @@ def held_record(delivery_tag: Any) -> tuple[str, bytes] | None:
     return None if qos is None or member is None else (qos.records_key, member)
 
 
+def taken_by_current(delivery_tag: Any, member: bytes | str) -> bool:
+    """Whether this process may still attempt the message of ``member``: it was taken under
+    this process's current liveness registration, or, taken under an earlier one (this
+    process found itself no longer registered, hookline/liveness.py), its record is still
+    there, so nobody restored it (the registry was lost rather than this process declared
+    dead). One taken under a registration declared dead since was given to another worker."""
+    from hookline.liveness import process_liveness
+
+    owner = member_owner(member)
+    live = process_liveness(create=False)
+    if not owner or live is None or owner == live.current().token:
+        return True
+    qos = _HOLDERS.get(delivery_tag) if isinstance(delivery_tag, str) else None
+    if qos is None:
+        return False
+    with qos.channel.conn_or_acquire() as client:
+        return client.zscore(qos.records_key, member) is not None
+
+
+def wait_for_share(delivery_tag: Any, endpoint_id: str) -> bool:
+    """Move the message of ``delivery_tag`` (held by this process, the broker being Hookline's
+    Redis) to the front of its endpoint's waiting list (wait_share.lua): admit said the
+    endpoint is at its cap. False when it cannot be (not held here with a records-set
+    member); then the caller parks it for a moment instead."""
+    qos = _HOLDERS.get(delivery_tag) if isinstance(delivery_tag, str) else None
+    member = qos._members.get(delivery_tag) if qos is not None else None
+    parsed = parse_member(member) if member is not None else None
+    if qos is None or member is None or parsed is None:
+        return False
+    channel = qos.channel
+    payload, exchange, routing_key = loads(parsed[1])
+    queues = channel._lookup(exchange, routing_key)
+    if not queues:
+        return False
+    priority = channel._get_message_priority(payload, reverse=False)
+    entry = f"{channel._q_for_pri(queues[0], priority)}\n{dumps(payload)}"
+    with channel.conn_or_acquire() as client:
+        client.eval(_WAIT_SHARE, 5, qos.records_key, fair_waiting_key(endpoint_id),
+                            FAIR_WAITING_KEY, endpoint_key(endpoint_id),
+                            doorbell_key(queues[0]), member, entry, endpoint_id)
+    settled(delivery_tag)  # moved, or gone (restored elsewhere): nothing left to acknowledge
+    return True  # moved, or restored to another worker meanwhile: either way not parked here
+
+
 def settled(delivery_tag: str) -> None:
     """The record of ``delivery_tag`` (:func:`held_record`) was removed with the delivery's
     settle: its acknowledgement sends nothing more to Redis."""
@@ -116,6 +188,34 @@ class _Removed:
 
     def execute(self) -> list[Any]:
         return []
+
+
+#: Most records of one dead process restored per heartbeat (the rest at the next ones).
+REAP_BATCH = 2000
+
+
+def _live_owners(client: Any) -> set[str]:
+    return {bytes_to_str(token) for token in client.zrange(WORKERS_LIVE_KEY, 0, -1)}
+
+
+def _release_lease(member: bytes, owner: str) -> None:
+    """The in-flight lease the dead owner's attempt held on the member's event, if any,
+    released in Hookline's state (release_dead.lua), so the restored message goes at once."""
+    parsed = parse_member(member)
+    try:
+        headers = loads(parsed[1])[0]["headers"] if parsed else {}
+        endpoint_id, event_id = headers["hookline_endpoint"], headers["hookline_event"]
+    except (ValueError, TypeError, KeyError, IndexError):
+        return
+    if not (isinstance(endpoint_id, str) and isinstance(event_id, str)):
+        return
+    from hookline.store.gates import Gate
+
+    try:
+        Gate.shared().release_dead(endpoint_id, event_id, f"{owner}-")
+    except RedisError as exc:  # the lease runs out by itself; the message is back already
+        logger.warning("broker.lease_release_failed endpoint_id=%s error=%s", endpoint_id,
+                       type(exc).__name__)
 
 
 def held_count(client: Any, unacked_key: str = KOMBU_UNACKED_KEY) -> int:
@@ -149,6 +249,38 @@ class QoS(kombu_redis.QoS):
     @property
     def records_key(self) -> str:
         return records_key(self.channel.unacked_key)
+
+    def can_consume(self) -> bool:
+        """kombu's prefetch limit, and fewer than ``HOOKLINE_RUNNABLE_ATTEMPTS`` held messages
+        that are not waiting on a receiver (hookline/core/attempts.py): the slots fill with
+        attempts waiting on slow receivers, never with more runnable work than a core serves."""
+        room = self.can_consume_max_estimate()
+        return room is None or room > 0
+
+    def can_consume_max_estimate(self) -> int | None:
+        pcount = self.prefetch_count
+        if not pcount:
+            return None
+        held = len(self._delivered) - len(self._dirty)
+        runnable = held - waiting_on_receivers()
+        return max(0, min(pcount - held, settings().runnable_attempts - runnable))
+
+    def reap(self, owner: str) -> tuple[int, int]:
+        """Restore the messages a dead process (liveness token ``owner``) held, oldest taken
+        first (each pushed back where it will be taken next, newest first), and release the
+        in-flight leases its attempts held (release_dead.lua). Returns how many this call
+        restored and how many of that owner's records are left (another reaper got them,
+        or there were more than one call restores)."""
+        head = f"{owner} ".encode()
+        restored = 0
+        with self.channel.conn_or_acquire() as client:
+            members = [member for member in client.zrange(self.records_key, 0, -1)
+                       if bytes(member).startswith(head)]
+            for member in reversed(members[:REAP_BATCH]):
+                if self.restore_member(client, member):
+                    restored += 1
+                    _release_lease(member, owner)
+        return restored, max(0, len(members) - REAP_BATCH)
 
     def append(self, message: Any, delivery_tag: str) -> None:
         recorded = getattr(self.channel, "_recorded", None)
@@ -251,8 +383,11 @@ class QoS(kombu_redis.QoS):
             try:
                 with kombu_redis.Mutex(client, self.unacked_mutex_key,
                                        self.unacked_mutex_expire):
-                    for member in client.zrangebyscore(self.records_key, 0, ceil, **window):
-                        self.restore_member(client, member)
+                    overdue = client.zrangebyscore(self.records_key, 0, ceil, **window)
+                    live = _live_owners(client) if overdue else set()
+                    for member in overdue:
+                        if member_owner(member) not in live:  # a live process keeps its own
+                            self.restore_member(client, member)
                     # kombu's layout (earlier workers, the stock transport): kombu's code.
                     for tag in client.zrangebyscore(self.unacked_index_key, 0, ceil, **window):
                         kombu_redis.QoS.restore_by_tag(self, tag, client)

@@ -75,6 +75,14 @@ class Settings:
     #: worker: how late the messages held by a worker that died entirely come back. It must
     #: exceed the longest a live worker holds one (waiting for a slot, then one attempt).
     visibility_timeout: float = 300.0
+    #: Seconds between a consuming process's heartbeats (hookline/liveness.py).
+    heartbeat_interval: float = 1.0
+    #: Seconds without a heartbeat after which a process is dead and its messages restored.
+    liveness_window: float = 5.0
+    #: Most attempts a worker process runs at once that are not waiting on a receiver (the
+    #: rest of its slots hold attempts waiting for an answer): the CPU-bound part of a
+    #: delivery runs on this many threads at most, however many slots wait on slow receivers.
+    runnable_attempts: int = 64
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     #: Longest Retry-After honoured; a receiver asking for more gets this.
     retry_after_cap: float = 3600.0
@@ -405,6 +413,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         broker_url=_broker_url(env, redis_url),
         visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0,
                                    maximum=WEEK),
+        heartbeat_interval=_number(env, "HOOKLINE_HEARTBEAT_INTERVAL", 1.0, minimum=0.05,
+                                   maximum=60.0),
+        liveness_window=_number(env, "HOOKLINE_LIVENESS_WINDOW", 5.0, minimum=0.2,
+                                maximum=3600.0),
+        runnable_attempts=_integer(env, "HOOKLINE_RUNNABLE_ATTEMPTS", 64, minimum=1,
+                                   maximum=100_000),
         retry_policy=_retry_policy(env),
         retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0,
                                 maximum=MAX_BACKOFF_LIMIT),
@@ -459,6 +473,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"HOOKLINE_BREAKER_MAX_COOLDOWN ({settings.breaker_max_cooldown:g}s) must be at "
             f"least HOOKLINE_BREAKER_COOLDOWN ({settings.breaker_cooldown:g}s)"
         )
+    if settings.liveness_window < 2 * settings.heartbeat_interval:
+        raise ConfigError(
+            f"HOOKLINE_LIVENESS_WINDOW ({settings.liveness_window:g}s) must be at least twice "
+            f"HOOKLINE_HEARTBEAT_INTERVAL ({settings.heartbeat_interval:g}s): a live process "
+            "would be declared dead between two of its heartbeats")
     if settings.visibility_timeout <= settings.lease_seconds():
         raise ConfigError(
             f"CELERY_VISIBILITY_TIMEOUT ({settings.visibility_timeout:g}s) must exceed the "

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hookline.core import metrics, redact
+from hookline.core.attempts import waiting_on_receiver
 from hookline.core.config import settings
 from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
@@ -30,7 +31,7 @@ from hookline.delivery.retries import dead_letter_scheduled
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import Endpoint
-from hookline.store.gates import Admission, Gate, Verdict
+from hookline.store.gates import Admission, Gate, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
 
 #: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
@@ -205,6 +206,10 @@ class DeliveryEngine:
                 return self.dead_letter(request, reason, detail=admission.detail)
             case Verdict.POISON:
                 return self.dead_letter(request, "worker_lost", detail=admission.detail)
+            case Verdict.CAPPED:
+                # At its max-in-flight: the worker sets it waiting for a slot of its endpoint
+                # (a Redis broker's waiting list); elsewhere it looks again shortly.
+                return self._defer(request, "capped", self._rng.uniform(0.2, 1.0))
             case Verdict.BUSY:
                 # Another worker is sending this very event; look again when its lease ends.
                 return self._defer(request, "in_flight",
@@ -245,7 +250,9 @@ class DeliveryEngine:
         request = replace(request, attempts=request.attempts + 1,
                           first_attempt_at=first_attempt_at, rate_slot=0, enqueued_at=published)
         event = WebhookEvent(request.event_id, request.event_type, request.payload, published)
-        result = _redacted(self._send_event(endpoint, event), endpoint.url)
+        with waiting_on_receiver():
+            sent = self._send_event(endpoint, event)
+        result = _redacted(sent, endpoint.url)
         ended = self._clock()
         outcome = Outcome.RETRY if result.status is None else classify(result.status)
         retry_after = None
@@ -259,9 +266,16 @@ class DeliveryEngine:
             latency=result.latency, error=result.error,
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
-        self._settle(endpoint, request, token, recorded, retry_after, record, digest,
-                     admission.redis_now_ms() if admission else 0, unacked)
+        settlement = self._settle(endpoint, request, token, recorded, retry_after, record,
+                                  digest, admission.redis_now_ms() if admission else 0, unacked)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
+        if settlement.fenced:
+            # This process was declared dead during the attempt: its message went to another
+            # worker, whose outcome is the one that counts (same webhook-id if both sent).
+            log_event("delivery.fenced", level=logging.WARNING, endpoint_id=endpoint.id,
+                      event_id=request.event_id, status=result.status,
+                      detail="the outcome came after this worker was declared dead; refused")
+            return Finished("fenced", status=result.status)
         if result.refused:
             self._log_attempt("delivery.rejected", request, result, level=logging.WARNING,
                               reason="refused")
@@ -290,7 +304,7 @@ class DeliveryEngine:
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
                 retry_after: float | None, record: AttemptRecord, digest: str = "",
-                now_ms: int = 0, unacked: tuple[str, bytes] | None = None) -> None:
+                now_ms: int = 0, unacked: tuple[str, bytes] | None = None) -> Settlement:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
                                       record=record, digest=digest, now_ms=now_ms,
@@ -304,9 +318,10 @@ class DeliveryEngine:
             self._report(operational.breaker_changed(
                 endpoint.id, opened=settlement.transition == "opened",
                 event_id=request.event_id, attempt=request.attempts))
-        if retry_after:
+        if retry_after and not settlement.fenced:
             log_event("endpoint.blocked", endpoint_id=endpoint.id, event_id=request.event_id,
                       seconds=retry_after)
+        return settlement
 
     def _schedule_retry(
         self, endpoint: Endpoint, request: DeliveryRequest, result: AttemptResult, ended: float,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookline.core.config import settings
+from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.delivery import delivered
@@ -44,6 +45,7 @@ class Verdict(enum.StrEnum):
     BUSY = "busy"
     DEFERRED = "deferred"
     POISON = "poison"
+    CAPPED = "capped"
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class Settlement:
     #: The attempt still held its lease (False: it ran out and another attempt may be running).
     held_lease: bool
     transition: str = ""
+    #: The outcome was refused, nothing written: the message had been restored to another
+    #: worker (this process was declared dead meanwhile, hookline/liveness.py).
+    fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,10 @@ BREAKER_FIELDS = ("state", "failures", "cooldown_ms", "open_until", "opened_at",
                   "probe_token", "blocked_until")
 
 
+_SHARED: dict[str, Gate] = {}
+_DELIVERY_DOORBELL = keys.doorbell_key(DELIVERY_QUEUE)
+
+
 def _keys(endpoint_id: str, event_id: str) -> list[str]:
     # The endpoint's hash holds its breaker, limiter and recent record too (keys.breaker_key).
     return [keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id)]
@@ -110,6 +119,24 @@ class Gate:
         self.redis: Any = redis_client or store.client()
         self._admit = self.redis.register_script(store.load_script("admit"))
         self._settle = self.redis.register_script(store.load_script("settle"))
+        self._release_dead: Any = None
+
+    @classmethod
+    def shared(cls) -> Gate:
+        """One gate per process for the transport's occasional calls (release_dead)."""
+        gate = _SHARED.get("gate")
+        if gate is None:
+            gate = _SHARED["gate"] = cls()
+        return gate
+
+    def release_dead(self, endpoint_id: str, event_id: str, prefix: str) -> bool:
+        """Release the lease a dead process's attempt (its attempt tokens start with
+        ``prefix``) holds on the event, giving back the endpoint's in-flight count."""
+        if self._release_dead is None:
+            self._release_dead = self.redis.register_script(store.load_script("release_dead"))
+        return bool(self._release_dead(
+            keys=[keys.delivery_key(endpoint_id, event_id), keys.endpoint_key(endpoint_id)],
+            args=[prefix]))
 
     def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
               digest: str = "") -> Admission:
@@ -144,6 +171,8 @@ class Gate:
             return Admission(verdict, wait=int(reply[1]) / 1000.0)
         if verdict is Verdict.DISABLED:
             return Admission(verdict, detail=str(reply[1]))
+        if verdict is Verdict.CAPPED:
+            return Admission(verdict, detail=f"{reply[1]} attempts in flight")
         if verdict is Verdict.POISON:
             return Admission(verdict, detail=f"{reply[1]} attempts started and never finished")
         return Admission(verdict)
@@ -169,14 +198,18 @@ class Gate:
         ``digest``: the event's content digest, kept as long as the done marker on delivery.
         ``now_ms``: Redis time now (:meth:`Admission.redis_now_ms`), 0 to read it in the script.
         ``unacked``: ``(records key, member)`` of the message in the broker's unacked records
-        (``hookline.unacked.held_record``) when the broker is this Redis: a delivered outcome
-        removes it in the same step (the message's acknowledgement).
+        (``hookline.unacked.held_record``) when the broker is this Redis: the fence (an
+        outcome for a message restored to another worker is refused: ``fenced``), and a
+        delivered outcome removes it in the same step (the message's acknowledgement).
         """
         config = settings()
-        ack = [unacked[0]] if unacked and outcome == "delivered" else []
-        held, transition = store.call_script(
+        ack = [unacked[0]] if unacked else []
+        held, transition, fenced = store.call_script(
             self._settle,
-            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id), *ack],
+            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
+                  # the doorbell only where the broker is this Redis (one slot otherwise)
+                  _DELIVERY_DOORBELL if config.broker_is_state
+                  else keys.endpoint_key(endpoint_id), *ack],
             args=[
                 token,
                 outcome,
@@ -196,10 +229,11 @@ class Gate:
                 digest,
                 int(now_ms or 0),
                 "1" if config.history_in_record else "0",
-                *([unacked[1]] if ack and unacked else []),
+                *([unacked[1], "1" if outcome == "delivered" else "0"]
+                  if ack and unacked else []),
             ],
         )
-        return Settlement(held_lease=bool(held), transition=transition)
+        return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))
 
     def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
         return delivered(self.redis, [(endpoint_id, event_id)])[0]

@@ -30,6 +30,31 @@ def doorbell_key(queue: str) -> str:
     """The doorbell of the broker queue named ``queue`` (all its priority lists share it)."""
     return f"{DOORBELL_KEY}:{queue}"
 
+
+# -- worker liveness and fair shares (the broker's Redis: hookline/liveness.py) ---------------
+
+#: Live consuming processes: sorted set, registration token -> its latest heartbeat (ms of
+#: Redis time).
+WORKERS_LIVE_KEY = "hookline:workers:live"
+#: Processes declared dead whose messages are still being restored: token -> when declared.
+WORKERS_DEAD_KEY = "hookline:workers:dead"
+#: Per live process: its slots (how many messages it may hold), and what it says of itself
+#: (host, pid, started): two hashes by token.
+WORKERS_SLOTS_KEY = "hookline:workers:slots"
+WORKERS_INFO_KEY = "hookline:workers:info"
+#: The registry's own clock and counters (hash): ``beat`` (latest heartbeat of anyone, ms),
+#: ``resumed`` (when heartbeats came back after a gap: no process is declared dead within a
+#: window of that), ``declared`` and ``restored`` (processes declared dead, messages restored).
+WORKERS_CLOCK_KEY = "hookline:workers:clock"
+#: Endpoints with deliveries waiting for their share of the slots (set of endpoint ids).
+FAIR_WAITING_KEY = "hookline:fair:waiting"
+
+
+def fair_waiting_key(endpoint_id: str) -> str:
+    """An endpoint's deliveries waiting for its share or its cap (a list; each entry is the
+    broker list the message came from, a newline, and the message)."""
+    return f"hookline:fair:waiting:{endpoint_id}"
+
 # -- one endpoint (hash tag: the endpoint id) ------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from hookline.store.connection import load_script
-from hookline.store.keys import doorbell_key
+from hookline.store.keys import FAIR_WAITING_KEY, doorbell_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 from hookline.unacked import (
     UNACKED_RECORDS_KEY,
@@ -273,6 +273,13 @@ def envelope(tag: str) -> str:
             "delivery_info": {"exchange": "broker-test", "routing_key": "broker-test"}}})
 
 
+def consume_once(db, script: str, owner: str = "") -> list:
+    """One consume.lua call on the test queue: nothing parked, no fair shares, one message."""
+    return db.eval(script, 9, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY, FAIR_WAITING_KEY,
+                   "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1, 1,
+                   owner, 0, 0, "0")
+
+
 def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
     """Producers push a token per message; while every consumer is busy nobody pops them.
     A take whose delivery tag ends in 0 (one in 16 of kombu's uuid tags) trims the list to
@@ -282,12 +289,11 @@ def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
     consume = load_script("consume")
 
     def take() -> list:
-        return db.eval(consume, 8, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY,
-                       "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1, 1)
+        return consume_once(db, consume)
 
-    assert take()[:3] == ["message", 1, "broker-test"]  # first-1: no trim
+    assert take()[:4] == ["message", "0", 1, "broker-test"]  # first-1: no trim
     assert db.llen(DOORBELL) == 1500
-    assert take()[:3] == ["message", 1, "broker-test"]  # second-0
+    assert take()[:4] == ["message", "0", 1, "broker-test"]  # second-0
     assert db.llen(DOORBELL) == 1000
     assert sorted(parse_member(m)[0] for m in db.zrange(UNACKED_RECORDS_KEY, 0, -1)) == [
         "first-1", "second-0"]
@@ -343,9 +349,9 @@ def test_a_member_gives_back_its_tag_and_record_whatever_the_tag(db, tag):
     message = json.loads(envelope(tag))
     item = json.dumps(message)
     db.lpush("broker-test", item)
-    reply = db.eval(load_script("consume"), 8, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY,
-                    "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1, 1)
-    member = reply[3]
+    reply = consume_once(db, load_script("consume"), owner="0123abcd")
+    member = reply[4]
+    assert member.startswith("0123abcd ")
     assert db.zrange(UNACKED_RECORDS_KEY, 0, -1) == [member]
     parsed_tag, record = parse_member(member)
     assert parsed_tag == tag

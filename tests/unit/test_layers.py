@@ -19,7 +19,7 @@ LAYERS = [
     ("core", ["hookline.core", "hookline.compat"]),
     ("store", ["hookline.store"]),
     ("delivery", ["hookline.delivery", "hookline.celeryconfig", "hookline.broker",
-                  "hookline.unacked", "hookline.gauges"]),
+                  "hookline.unacked", "hookline.liveness", "hookline.gauges"]),
     ("worker", ["hookline.worker"]),
     ("faces", ["hookline.enqueue", "hookline.cli", "hookline.contrib", "hookline"]),
     ("entry points", ["app", "tasks", "celeryconfig"]),

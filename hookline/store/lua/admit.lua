@@ -33,6 +33,8 @@
 --   {'deferred', why, wait_ms, slot_ms}  not now: why is breaker_open, breaker_probe, blocked
 --                                        or rate_limited; slot_ms is the booked rate slot or 0
 --   {'poison', starts}                   started too often without settling (workers died on it)
+--   {'capped', inflight}                 the endpoint has max_in_flight attempts in flight: the
+--                                        delivery waits for one of them (consume.lua's list)
 --   {'admitted', transition, probe, now, f1, v1, ...}
 --                                        lease taken; transition is 'half_open' when this
 --                                        attempt moved the breaker there, probe is '1' when it
@@ -94,6 +96,16 @@ if why then
 end
 local transition = (probe and breaker_state == 'open') and 'half_open' or ''
 
+-- The endpoint's attempts in flight (given back by settle.lua, or by release_dead.lua for a
+-- dead process's), and its hard cap across all workers. An attempt taking over a lease that
+-- ran out takes over its count too.
+local takeover = state['t'] ~= nil
+local inflight = tonumber(config['inflight']) or 0
+local cap = tonumber(config['max_in_flight']) or 0
+if cap > 0 and not takeover and inflight >= cap then
+  return refuse({'capped', inflight})
+end
+
 -- Rate limit: GCRA on the theoretical arrival time (tat), strict for every event, so a
 -- window never holds more than the rate plus the burst. An event over budget books the next
 -- free slot (book) and is told to come back then: a burst drains in order, one event per slot,
@@ -139,6 +151,10 @@ redis.call('SET', KEYS[2], record_text(state, rest), 'EX', ttl)
 local breaker_fields = {}
 if new_tat then
   breaker_fields = {'tat', new_tat}
+end
+if not takeover then
+  breaker_fields[#breaker_fields + 1] = 'inflight'
+  breaker_fields[#breaker_fields + 1] = inflight + 1
 end
 if probe then
   for _, value in ipairs({'state', 'half_open', 'probe_until', now + math.ceil(lease_ms),

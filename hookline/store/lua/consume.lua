@@ -22,43 +22,70 @@
 -- a message for another endpoint stops the call with 'need', and the caller calls again with
 -- that endpoint's keys added. At a schedule cap the message goes to a worker, which
 -- dead-letters it as usual.
--- KEYS[1]      the unacked records (sorted set: tag + record -> time taken)
+-- Fair shares (when ARGV[2] is '1' and ARGV[9] > 0): an endpoint's messages beyond its share of
+-- the live workers' slots wait in the endpoint's own list (KEYS per endpoint, below) instead of
+-- taking a slot: one endpoint's backlog, or a slow receiver's, does not decide when another
+-- endpoint's event goes. An endpoint's count is its attempts in flight (admit.lua counts them
+-- in its hash, settle.lua and release_dead.lua give them back) plus the messages this call took
+-- for it. Its share is the slots divided among the endpoints known to have work (those with
+-- waiting deliveries, and those met in this call). An endpoint with no competition in sight
+-- may use every slot, except that past ARGV[10] (more than the workers could be running on
+-- CPU: it waits on its receiver) it leaves half the slots to whatever is queued behind it, and
+-- the consumer digs on through the queue to find it. An endpoint's hard cap (max_in_flight in
+-- its hash) holds whatever the competition. A message of an endpoint that has waiting
+-- deliveries joins the end of its list (each endpoint's deliveries keep their order); an
+-- endpoint under its share takes its oldest waiting one. Waiting deliveries hold no slot and
+-- no worker; settle.lua rings the doorbell ('w') when an endpoint with waiting deliveries
+-- finishes an attempt, so they go as soon as it is back under its share.
+-- KEYS[1]      the unacked records (sorted set: owner + tag + record -> time taken)
 -- KEYS[2..6]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
--- KEYS[7..6+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
+-- KEYS[7]      hookline:fair:waiting, the set of endpoints with waiting deliveries
+-- KEYS[8..7+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
 --              Q = ARGV[6]
--- KEYS[7+Q..6+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
+-- KEYS[8+Q..7+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
 --              priority lists share one): a list of wake-up tokens, one pushed with every
 --              message; idle consumers block on their queues' doorbells (one token wakes one
 --              consumer). Emptied here when every queue is empty, so a token left there is
 --              for a message pushed after this call; a queue's is trimmed to 1,000 on about
 --              every 16th message taken from it (producers push, nobody pops while every
 --              consumer is busy).
--- KEYS[7+2Q...] per endpoint of ARGV[8...], in that order: its breaker hash
---              (hookline:{ep}:breaker), then its schedule index
---              (hookline:{schedule}:by_endpoint:<ep>)
+-- KEYS[8+2Q...] per endpoint of ARGV[12...], in that order: its hash (hookline:{ep}:endpoint:
+--              breaker, pause, inflight, max_in_flight, waiting), its schedule index
+--              (hookline:{schedule}:by_endpoint:<ep>) and its waiting list
+--              (hookline:fair:waiting:<ep>)
 -- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
--- ARGV[2]      '1' to park held endpoints' deliveries here, '0' not to
+-- ARGV[2]      '1' to park held endpoints' deliveries here (and share the slots), '0' not to
 -- ARGV[3]      most retries scheduled in all;  ARGV[4]  most for one endpoint
--- ARGV[5]      most deliveries to park in one call
+-- ARGV[5]      most deliveries to park or to set waiting in one call
 -- ARGV[6]      Q, how many queue lists follow the schedule keys
 -- ARGV[7]      most messages to take in this call (the consumer's free prefetch slots): a
 --              consumer behind a backlog takes several per round trip
--- ARGV[8...]   endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
--- Returns      {'message', n, list key, unacked member, ... (n pairs), parked...} for the n
+-- ARGV[8]      the consuming process's liveness token, written at the head of each record
+--              ('' for none: hookline/liveness.py)
+-- ARGV[9]      slots of all live workers (0: no fair shares)
+-- ARGV[10]     an endpoint holding more than this many leaves half the slots to the queue
+--              behind it (0: never)
+-- ARGV[11]     '1' to look for waiting deliveries of every endpoint (the consumer was told of
+--              some), '0' to look only at the endpoints met
+-- ARGV[12...]  endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
+-- Returns      {kind, waiting, ...}: waiting is '1' when deliveries wait for their share
+--              after this call, else '0'; then by kind:
+--              {'message', w, n, list key, unacked member, ... (n pairs), parked...} for the n
 --                messages taken (each member holds its message: see above);
---              {'last', n, pairs..., parked...} the same, when the queues ran empty after
+--              {'last', w, n, pairs..., parked...} the same, when the queues ran empty after
 --                them: the doorbells were emptied in the same step (as for 'empty'), so the
 --                caller may block on them at once;
---              {'bad', list key, item, parked...} for an item that is not a kombu message: it
---                stays on its list until the caller has kept it in the dead-letter queue and
---                removed it (only when no message was taken before it: those come first);
---              {'empty', '', parked...} when every list is empty (the doorbells emptied in the
---                same step): the caller blocks on the doorbells, so a push in between is not
---                missed;
---              {'more', '', parked...} when ARGV[5] deliveries were parked: call again;
---              {'need', endpoint id, parked...} when the next message is for an endpoint whose
---                keys were not passed: it stays on its list; call again with them (only
---                when no message was taken before it: those come first).
+--              {'bad', w, list key, item, parked...} for an item that is not a kombu message:
+--                it stays on its list until the caller has kept it in the dead-letter queue
+--                and removed it (only when no message was taken before it: those come first);
+--              {'empty', w, '', parked...} when every list is empty (the doorbells emptied in
+--                the same step): the caller blocks on the doorbells, so a push in between is
+--                not missed;
+--              {'more', w, '', parked...} when ARGV[5] deliveries were parked or set waiting:
+--                call again;
+--              {'need', w, endpoint id, parked...} when the next message is for an endpoint
+--                whose keys were not passed: it stays where it was; call again with them
+--                (only when no message was taken before it: those come first).
 --              parked: per parked delivery, the JSON array [endpoint id, event id, reason,
 --                countdown ms, task id].
 --#include piece_clock.lua
@@ -69,8 +96,16 @@ local parked = {}
 local now_ms = nil
 local queues = tonumber(ARGV[6])
 local most = math.max(tonumber(ARGV[7]) or 1, 1)
-local first_queue = 7
-local last_queue = 6 + queues
+local owner = ARGV[8] or ''
+if owner ~= '' then
+  owner = owner .. ' '
+end
+local slots = tonumber(ARGV[9]) or 0
+local fair = park_held and slots > 0
+local dig_above = tonumber(ARGV[10]) or 0
+local first_queue = 8
+local last_queue = 7 + queues
+local waiting_set = KEYS[7]
 local schedule = {due = KEYS[2], messages = KEYS[3], meta = KEYS[4], counts = KEYS[5],
                   wake = KEYS[6]}
 -- queue list key -> its doorbell
@@ -78,23 +113,45 @@ local doorbells = {}
 for i = first_queue, last_queue do
   doorbells[KEYS[i]] = KEYS[i + queues]
 end
--- endpoint id -> {breaker key, schedule index key}
+-- endpoint id -> {hash key, schedule index key, waiting list key}
 local endpoint_keys = {}
-for j = 8, #ARGV do
-  local at = last_queue + queues + 2 * (j - 8) + 1
-  endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1]}
+for j = 12, #ARGV do
+  local at = last_queue + queues + 3 * (j - 12) + 1
+  endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1], KEYS[at + 2]}
 end
 
 -- The messages taken so far: list key, member, list key, member...
 local taken = {}
+-- Fair shares: endpoints known to have waiting deliveries, endpoints met in this call, the
+-- messages this call took per endpoint, and each endpoint's hash fields (read once a call).
+local waiting = {}
+local known = 0
+local met = {}
+local took = {}
+local fields_of = {}
+if fair and ARGV[11] == '1' then
+  for _, endpoint in ipairs(redis.call('SMEMBERS', waiting_set)) do
+    waiting[endpoint] = true
+    known = known + 1
+  end
+end
+local function any_waiting()
+  if not fair then
+    return '0'
+  end
+  if next(waiting) == nil then
+    return redis.call('SCARD', waiting_set) > 0 and '1' or '0'
+  end
+  return '1'
+end
 
 local function reply(kind, a, b)
-  local out = {kind, a}
+  local out = {kind, any_waiting(), a}
   if b ~= nil then
-    out[3] = b
+    out[4] = b
   end
   if kind == 'message' or kind == 'last' then
-    out = {kind, #taken / 2}
+    out = {kind, out[2], #taken / 2}
     for _, value in ipairs(taken) do
       out[#out + 1] = value
     end
@@ -113,10 +170,10 @@ local function clock()
   return now_ms
 end
 
--- The wait before the endpoint whose breaker is `breaker_key` takes a delivery again (with
+-- The wait before the endpoint whose hash fields are `fields` takes a delivery again (with
 -- jitter, so a backlog does not come back at one instant), and why; nil when it takes one now.
-local function held(breaker_key)
-  local why, wait = endpoint_hold(breaker_key, clock)
+local function held(fields)
+  local why, wait = hold_of(fields, clock)
   if not why then
     return nil
   end
@@ -130,7 +187,41 @@ local function held(breaker_key)
   return wait + math.random(0, math.floor(math.min(1000 + wait / 10, 5000))), why
 end
 
-local budget = tonumber(ARGV[5]) or 0
+local function fields(endpoint, own)
+  local found = fields_of[endpoint]
+  if not found then
+    found = redis.call('HMGET', own[1], 'state', 'open_until', 'probe_until', 'blocked_until',
+                       'tat', 'book', 'paused_at', 'inflight', 'max_in_flight', 'waiting')
+    fields_of[endpoint] = found
+    if found[10] and not waiting[endpoint] then
+      waiting[endpoint] = true
+      known = known + 1
+    end
+  end
+  return found
+end
+
+-- Whether `endpoint` (hash fields `f`) is at its cap or its share; `behind`: a message taken
+-- from the queues, which may have other endpoints' messages behind it.
+local function over(endpoint, f, behind)
+  local count = (tonumber(f[8]) or 0) + (took[endpoint] or 0)
+  local cap = tonumber(f[9]) or 0
+  if cap > 0 and count >= cap then
+    return true
+  end
+  local others = known + (waiting[endpoint] and 0 or 1)
+  for other in pairs(met) do
+    if not waiting[other] and other ~= endpoint then
+      others = others + 1
+    end
+  end
+  if count >= math.max(1, math.floor(slots / others)) then
+    return true
+  end
+  return behind and others == 1 and dig_above > 0 and count >= dig_above
+    and count >= math.floor(slots / 2)
+end
+
 -- Redis 7 pops from the first non-empty list in one command (LMPOP); before that, each list
 -- is looked at in turn.
 local lmpop = nil
@@ -158,37 +249,75 @@ local function take()
   return nil
 end
 
-while true do
-  local key, item = take()
-  if not key then
-    break
+-- The oldest waiting delivery of `endpoint` (its list key and message), nil when none is left
+-- (then the endpoint no longer waits).
+local function take_waiting(endpoint, own)
+  local entry = redis.call('RPOP', own[3])
+  if not entry then
+    redis.call('SREM', waiting_set, endpoint)
+    redis.call('HDEL', own[1], 'waiting')
+    waiting[endpoint] = nil
+    known = known - 1
+    fields_of[endpoint][10] = false
+    return nil
   end
+  local split = string.find(entry, '\n', 1, true)
+  return string.sub(entry, 1, split - 1), string.sub(entry, split + 1)
+end
+
+-- Record `item` (from list `key`, tag and delivery info given) as taken by this consumer.
+local function record(key, item, tag, info, endpoint)
+  -- The owner, the tag, then the record kombu's QoS.append writes: [raw message, exchange,
+  -- routing key]. Scored with the time taken, a step apart within this call, so the records
+  -- keep the order they were taken in.
+  local member = owner .. cjson.encode(tag) .. '[' .. item .. ',' ..
+    cjson.encode(tostring(info['exchange'] or '')) .. ',' ..
+    cjson.encode(tostring(info['routing_key'] or '')) .. ']'
+  redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + #taken * 0.00005, member)
+  if string.sub(tag, -1) == '0' and doorbells[key] then
+    redis.call('LTRIM', doorbells[key], 0, 999)
+  end
+  taken[#taken + 1] = key
+  taken[#taken + 1] = member
+  if endpoint then
+    took[endpoint] = (took[endpoint] or 0) + 1
+    met[endpoint] = true
+  end
+end
+
+-- Decide on one item: 'taken', 'parked' or 'waiting' and its endpoint (nil when it has none
+-- Hookline can read), or nil and a reply to return at once. `from_waiting`: the endpoint whose
+-- waiting list it came from (nil: from a queue).
+local function consider(key, item, from_waiting)
   local ok, message = pcall(cjson.decode, item)
   local props = ok and type(message) == 'table' and message['properties']
   local info = type(props) == 'table' and props['delivery_info']
   local tag = type(props) == 'table' and props['delivery_tag']
   if type(info) ~= 'table' or type(tag) ~= 'string' then
-    redis.call('RPUSH', key, item)  -- back where it was, until the caller has kept it
+    redis.call('RPUSH', key, item)  -- back on its queue, until the caller has kept it
     if #taken > 0 then
-      return reply('message')
+      return nil, reply('message')
     end
-    return reply('bad', key, item)
+    return nil, reply('bad', key, item)
   end
   local headers = message['headers']
   local endpoint = type(headers) == 'table' and headers['hookline_endpoint']
   local event = type(headers) == 'table' and headers['hookline_event']
-  local countdown, why, own = nil, nil, nil
+  local countdown, why, own, f = nil, nil, nil, nil
   if park_held and type(endpoint) == 'string' and type(event) == 'string'
       and #endpoint <= 64 and string.find(endpoint, '^[%w][%w_.%-]*$') then
     own = endpoint_keys[endpoint]
     if not own then
-      redis.call('RPUSH', key, item)  -- back where it was
+      redis.call('RPUSH', key, item)  -- back where it was (a waiting one's keys are passed)
       if #taken > 0 then
-        return reply('message')
+        return nil, reply('message')
       end
-      return reply('need', endpoint)
+      return nil, reply('need', endpoint)
     end
-    countdown, why = held(own[1])
+    f = fields(endpoint, own)
+    countdown, why = held(f)
+  else
+    endpoint = nil
   end
   local meta = countdown and cjson.encode({endpoint_id = endpoint, event_id = event,
     last_error = ''})
@@ -200,27 +329,119 @@ while true do
       task_id = event
     end
     parked[#parked + 1] = cjson.encode({endpoint, event, why, countdown, task_id})
-    if #parked >= budget then
-      if #taken > 0 then
-        return reply('message')
-      end
-      return reply('more', '')
+    return 'parked', endpoint
+  end
+  if fair and endpoint and not from_waiting
+      and (waiting[endpoint] or over(endpoint, f, true)) then
+    -- Past its share (or its cap), or others of its deliveries wait already: to the end of
+    -- its list.
+    redis.call('LPUSH', own[3], key .. '\n' .. item)
+    if not f[10] then
+      redis.call('HSET', own[1], 'waiting', '1')
+      redis.call('SADD', waiting_set, endpoint)
+      f[10] = '1'
     end
-  else
-    -- Not held, or the schedule is at a cap: a worker takes it.
-    -- The tag, then the record kombu's QoS.append writes: [raw message, exchange, routing key].
-    local member = cjson.encode(tag) .. '[' .. item .. ',' ..
-      cjson.encode(tostring(info['exchange'] or '')) .. ',' ..
-      cjson.encode(tostring(info['routing_key'] or '')) .. ']'
-    redis.call('ZADD', KEYS[1], ARGV[1], member)
-    if string.sub(tag, -1) == '0' then
-      redis.call('LTRIM', doorbells[key], 0, 999)
+    if not waiting[endpoint] then
+      waiting[endpoint] = true
+      known = known + 1
     end
-    taken[#taken + 1] = key
-    taken[#taken + 1] = member
-    if #taken / 2 >= most then
+    return 'waiting', endpoint
+  end
+  record(key, item, tag, info, endpoint)
+  return 'taken', endpoint
+end
+
+-- Take the oldest waiting delivery of `endpoint` if it is under its share: nil, or a reply.
+local function serve(endpoint)
+  local own = endpoint_keys[endpoint]
+  if over(endpoint, fields(endpoint, own), false) then
+    return nil, false
+  end
+  local key, item = take_waiting(endpoint, own)
+  if not key then
+    return nil, false
+  end
+  local outcome, early = consider(key, item, endpoint)
+  if not outcome then
+    return early, true
+  end
+  return nil, true
+end
+
+local budget = tonumber(ARGV[5]) or 0
+local progress = 0
+local function spent()
+  progress = progress + 1
+  if progress >= budget then
+    if #taken > 0 then
       return reply('message')
     end
+    return reply('more', '')
+  end
+  return nil
+end
+
+while true do
+  if #taken / 2 >= most then
+    return reply('message')
+  end
+  local key, item = take()
+  if not key then
+    break
+  end
+  local outcome, early = consider(key, item, nil)
+  if not outcome then
+    return early
+  end
+  if outcome == 'waiting' then
+    -- Its oldest waiting one goes instead, if it is under its share.
+    local late = serve(early)
+    if late then
+      return late
+    end
+  end
+  if outcome ~= 'taken' then
+    local stop = spent()
+    if stop then
+      return stop
+    end
+  end
+end
+-- The queues are empty: waiting deliveries of endpoints under their share, the endpoint with
+-- the fewest in flight first.
+while fair and next(waiting) ~= nil and #taken / 2 < most do
+  local best, best_count, unknown = nil, nil, nil
+  for endpoint in pairs(waiting) do
+    local own = endpoint_keys[endpoint]
+    if not own then
+      unknown = unknown or endpoint
+    else
+      local f = fields(endpoint, own)
+      if not over(endpoint, f, false) then
+        local count = (tonumber(f[8]) or 0) + (took[endpoint] or 0)
+        if not best or count < best_count then
+          best, best_count = endpoint, count
+        end
+      end
+    end
+  end
+  if not best then
+    if unknown and #taken == 0 then
+      return reply('need', unknown)
+    end
+    break
+  end
+  local early, served = serve(best)
+  if early then
+    return early
+  end
+  if not served then
+    -- its list ran empty (take_waiting forgot it)
+    waiting[best] = nil
+  end
+  local stop = spent()
+  if stop then
+    return stop
   end
 end
 redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))

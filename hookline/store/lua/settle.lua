@@ -31,12 +31,21 @@
 --          worker measured it); '' or 0 to read TIME here
 -- ARGV[18] '1': the history lives in the delivery record (its lifetime, ARGV[3], is the
 --          history's); '0': in KEYS[3]
--- ARGV[19] (optional) the message's member in the broker's unacked records, KEYS[4] (the
---          broker is this Redis): removed here when the outcome is 'delivered', so the
---          message is acknowledged in the step that marks the event done (a round trip less
---          per delivery; hookline/unacked.py)
--- Returns  {held, transition}: held is 1 if this attempt still held its lease; transition is
---          'opened' or 'closed' when this outcome changed the breaker's state, else ''.
+-- KEYS[4]  the doorbell of the delivery queue: a 'w' token is pushed when this attempt gave
+--          back an in-flight slot of an endpoint with deliveries waiting for their share
+--          (consume.lua), so a consumer takes the next one at once
+-- KEYS[5]  (optional) the broker's unacked records (the broker is this Redis)
+-- ARGV[19] (optional) the message's member in KEYS[5]. The fence: when it is no longer
+--          there, the message was restored to another worker (this process was declared
+--          dead, hookline/liveness.py) and nothing of this outcome is written. When ARGV[20]
+--          is '1' (the outcome is 'delivered') it is removed here, so the message is
+--          acknowledged in the step that marks the event done (a round trip less per
+--          delivery; hookline/unacked.py)
+-- Returns  {held, transition, fenced}: held is 1 if this attempt still held its lease;
+--          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
+--          else ''; fenced is 1 when the fence above refused the outcome (nothing written).
+-- The endpoint's in-flight count (admit.lua) goes down by one when the attempt held its
+-- lease (an attempt whose lease was taken over gave its count to the one that took it).
 -- Commands: the delivery record read with one GET and written with one SET; the endpoint's
 -- breaker and recent record read with one HMGET and written with one HSET (an HDEL when a
 -- state ends);
@@ -45,6 +54,15 @@
 --#include piece_clock.lua
 --#include piece_record.lua
 local outcome = ARGV[2]
+if ARGV[19] and ARGV[19] ~= '' then
+  if ARGV[20] == '1' then
+    if redis.call('ZREM', KEYS[5], ARGV[19]) == 0 then
+      return {0, '', 1}
+    end
+  elseif not redis.call('ZSCORE', KEYS[5], ARGV[19]) then
+    return {0, '', 1}
+  end
+end
 local now = tonumber(ARGV[17]) or 0
 if now <= 0 then
   now = redis_now_ms()
@@ -66,7 +84,7 @@ if outcome == 'delivered' then
 end
 
 local breaker = redis.call('HMGET', KEYS[1], 'state', 'failures', 'cooldown_ms', 'probe_token',
-                           'blocked_until', 'outcomes', 'url')
+                           'blocked_until', 'outcomes', 'url', 'inflight', 'waiting')
 local set = {}
 local function put(field, value)
   set[#set + 1] = field
@@ -104,6 +122,13 @@ elseif outcome == 'delivered' or outcome == 'rejected' or outcome == 'throttled'
   end
 end
 
+if held == 1 and breaker[8] then
+  put('inflight', math.max(0, (tonumber(breaker[8]) or 0) - 1))
+  if breaker[9] then
+    redis.call('LPUSH', KEYS[4], 'w')
+  end
+end
+
 local retry_after = tonumber(ARGV[5]) or 0
 if retry_after > 0 and now + retry_after > (tonumber(breaker[5]) or 0) then
   put('blocked_until', now + retry_after)
@@ -137,11 +162,8 @@ if ARGV[9] ~= '' then
 end
 
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[3]))
-if outcome == 'delivered' and ARGV[19] and ARGV[19] ~= '' then
-  redis.call('ZREM', KEYS[4], ARGV[19])
-end
 if not breaker[7] then
-  return {held, transition}  -- the endpoint was removed meanwhile: nothing to record there
+  return {held, transition, 0}  -- the endpoint was removed meanwhile: nothing to record there
 end
 if #set > 0 then
   redis.call('HSET', KEYS[1], unpack(set))
@@ -149,4 +171,4 @@ end
 if #drop > 0 then
   redis.call('HDEL', KEYS[1], unpack(drop))
 end
-return {held, transition}
+return {held, transition, 0}

@@ -1,0 +1,586 @@
+"""Issue 23's targets for attempts in flight: a slow endpoint's isolation, throughput against a
+slow receiver, recovery after a worker's SIGKILL, and a per-endpoint in-flight cap.
+
+    python -m bench.inflight [--quick] [--parts isolation,slow,recovery,cap] [--out PATH]
+                             [--recovery-timeout SECONDS]
+
+Every worker under test is started the README way, ``celery -A hookline.worker worker -n
+NAME@%h``, with nothing else on its command line: Celery's and Hookline's default pool,
+concurrency and log level (whatever ``hookline/celeryconfig.py`` says today), gossip, mingle
+and heartbeats on. It is ready when its metrics port (a free one per worker) answers: Hookline
+opens it in Celery's ``worker_ready`` signal. Events are published with
+``hookline.deliver.delay(endpoint, "order.paid", payload, event_id=...)`` from this process;
+each part has a private redis-server (broker and state) of its own. The receiver is
+bench/inflight_receiver.py, in this process: per path a delay, then ``204``, keep-alive.
+
+An event is done when Hookline recorded it delivered (``hookline.store.delivery.delivered``:
+its delivery record's done marker), polled every 50 ms for the events whose request the
+receiver has answered; a part ends when all of its events are, or at its timeout.
+
+1. **isolation**: one worker. (a) 1,000 events (``--quick`` 500) to ``fast`` (answers at once),
+   all queued before the worker starts; seconds from the worker's ready to the last one
+   delivered. (b) On a fresh Redis, 1,000 to ``slow`` (answers after 2 s) then 1,000 to
+   ``fast``, published in that order and all queued before the worker starts; seconds from
+   ready to fast's last one delivered. The ratio (b) / (a): target <= 1.25. Slow's events
+   are not waited for: the part stops once fast's are done (how many of slow's were
+   delivered by then is reported).
+2. **slow**: one worker, the only endpoint answering after 1 s; 64 events to warm it up (its
+   connections open), its idle RSS and threads, then 4,000 events (``--quick`` 2,000)
+   published while it runs. Steady deliveries/s (the middle 80% of the deliveries; target
+   >= 400) and overall (first publish to last delivery); the worker's peak RSS (VmHWM, pool
+   children included), largest sampled RSS and threads (every 0.2 s), the receiver's largest
+   in-flight count and RSS per in-flight attempt = (peak - idle) / that count.
+3. **recovery**: receiver answering after 3 s. Worker A alone; 64 events; once the receiver
+   has 64 requests in flight, worker B is started and waited for (ready), then A's process
+   group is SIGKILLed (its main process, and any pool children) at T. The answers to A's
+   requests are held until T (else B's start-up, a few seconds, could outlast the 3 s and A
+   would deliver them itself); B's requests wait 3 s. Seconds from T until all 64 are
+   delivered (waiting at most ``--recovery-timeout``: 420 s, ``--quick`` 60 s), those not
+   delivered by then, and the receiver's duplicates (webhook-ids requested more than once):
+   whether each is one that had reached the receiver before T (A's attempt cut off by the
+   kill), and any requested twice after T.
+4. **cap**: an endpoint registered with ``hookline endpoint add cap --url URL --max-in-flight
+   5`` (skipped, with the CLI's message, when the CLI refuses the option); three workers;
+   receiver answering after 200 ms; 300 events (``--quick`` 150) published once all three are
+   ready. The receiver's largest in-flight count (target <= 5) and deliveries/s.
+
+Prints a markdown table (``| target | measured | met |``) and writes
+``bench/results/inflight.json`` (machine, options, per-part numbers, targets). HOOKLINE_*,
+CELERY_* and REDIS_URL of the calling shell are ignored. Everything it starts is stopped on
+the way out, Ctrl-C included; a part that fails is recorded with its error and the next runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.common import (
+    ROOT,
+    RedisServer,
+    Worker,
+    bench_environment,
+    free_port,
+    machine,
+    private_redis,
+    run_bench,
+)
+from bench.inflight_receiver import InflightReceiver
+from bench.schedule_tools import hold_signals, memory
+
+RESULTS = Path(__file__).resolve().parent / "results" / "inflight.json"
+PARTS = ("isolation", "slow", "recovery", "cap")
+EVENT_TYPE = "order.paid"
+#: How often the delivery records of answered events are read.
+POLL = 0.05
+ISOLATION_SLOW_DELAY, SLOW_DELAY, RECOVERY_DELAY, CAP_DELAY = 2.0, 1.0, 3.0, 0.2
+RECOVERY_EVENTS, WARM_EVENTS, CAP, CAP_WORKERS = 64, 64, 5, 3
+#: The ``hookline`` console script's body.
+CLI = "import sys; from hookline.cli import main; sys.exit(main(prog_name='hookline'))"
+TARGETS = {"isolation_ratio": 1.25, "slow_per_second": 400.0, "cap_in_flight": CAP}
+
+
+def payload(n: int) -> dict[str, Any]:
+    return {"id": f"evt_{n:07d}", "object": "order", "amount": 1999 + n % 100,
+            "currency": "eur", "livemode": False}
+
+
+def publish(endpoint_id: str, prefix: str, count: int) -> list[str]:
+    """``count`` events to ``endpoint_id`` through ``hookline.deliver.delay``; their ids."""
+    import hookline
+
+    event_ids = [f"{prefix}-{n:06d}" for n in range(count)]
+    for n, event_id in enumerate(event_ids):
+        hookline.deliver.delay(endpoint_id, EVENT_TYPE, payload(n), event_id=event_id)
+    return event_ids
+
+
+class DefaultWorker(Worker):
+    """``celery -A hookline.worker worker -n NAME@%h`` in its own session: every other setting
+    Celery's and Hookline's default, its environment ``env`` on top of this process's."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, name: str) -> None:
+        self.name = name
+        self.metrics_port = free_port()  # opened at worker_ready: the readiness probe
+        self.log_path = log_path
+        command = [sys.executable, "-m", "celery", "-A", "hookline.worker", "worker",
+                   "-n", f"{name}@%h"]
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **env, "HOOKLINE_METRICS_PORT": str(self.metrics_port),
+                     "PYTHONUNBUFFERED": "1"})
+        self.started = time.time()
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=0.5):
+                return True
+        except OSError:
+            return " ready." in self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 90.0) -> float:
+        """Until the worker is ready; Unix time it was first seen so."""
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"worker {self.name} not ready after {timeout:.0f}s")
+            time.sleep(0.02)
+        return time.time()
+
+    def stop(self) -> None:
+        """SIGKILL its process group: its Redis is thrown away, nothing to hand back."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def process_threads(pid: int) -> int:
+    """Threads of a process and its children."""
+    import psutil
+
+    process = psutil.Process(pid)
+    return sum(each.num_threads() for each in [process, *process.children(recursive=True)])
+
+
+class ProcessSampler:
+    """The largest RSS (MB, children included) and thread count of a process, every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.rss_mb, self.threads = pid, 0.0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        # A process exiting: its owner's check_alive says so.
+        with contextlib.suppress(OSError, KeyError, psutil.Error):
+            self.rss_mb = max(self.rss_mb, memory(self.pid)["rss_mb"])
+            self.threads = max(self.threads, process_threads(self.pid))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join(5)
+        self._sample()
+        return {"rss_max_mb": round(self.rss_mb, 1), "threads_max": self.threads}
+
+
+class Completions:
+    """When each of ``event_ids`` at ``endpoint_id`` was first seen recorded delivered. Only
+    the events whose request the receiver answered (on ``route``) are read: no other can be."""
+
+    def __init__(self, client: redis.Redis, receiver: InflightReceiver, endpoint_id: str,
+                 route: str, event_ids: list[str]) -> None:
+        self.client, self.receiver = client, receiver
+        self.endpoint_id, self.route = endpoint_id, route
+        self.pending = set(event_ids)
+        self.at: dict[str, float] = {}
+
+    def poll(self) -> int:
+        from hookline.store.delivery import delivered
+
+        candidates = sorted(self.receiver.answered(self.route) & self.pending)
+        if candidates:
+            flags = delivered(self.client, [(self.endpoint_id, e) for e in candidates])
+            now = time.time()
+            for event_id, done in zip(candidates, flags, strict=True):
+                if done:
+                    self.at[event_id] = now
+                    self.pending.discard(event_id)
+        return len(self.at)
+
+    def wait(self, timeout: float, alive: Callable[[], None]) -> bool:
+        """Until every event is delivered (True) or ``timeout`` seconds passed (False)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll()
+            if not self.pending:
+                return True
+            alive()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL)
+
+    @property
+    def last(self) -> float:
+        return max(self.at.values())
+
+    def steady_rate(self) -> float | None:
+        """Deliveries/s over the middle 80% of them (ramp-up and tail left out)."""
+        times = sorted(self.at.values())
+        first, last = len(times) // 10, len(times) - len(times) // 10 - 1
+        if last - first < 10 or times[last] <= times[first]:
+            return None
+        return round((last - first) / (times[last] - times[first]), 1)
+
+
+@dataclass
+class Bench:
+    options: argparse.Namespace
+    workdir: Path
+    receiver: InflightReceiver
+
+    def fresh_redis(self, stack: ExitStack, name: str) -> tuple[RedisServer, redis.Redis]:
+        """A private Redis that this process publishes to from now on."""
+        from hookline.core.config import configure
+
+        server, client = private_redis(stack, name, self.workdir)
+        os.environ["REDIS_URL"] = server.url
+        configure()
+        return server, client
+
+    def worker(self, stack: ExitStack, server: RedisServer, name: str) -> DefaultWorker:
+        worker = DefaultWorker({"REDIS_URL": server.url,
+                                "HOOKLINE_DLQ_SPOOL": str(self.workdir / f"spool-{name}.jsonl")},
+                               self.workdir / f"worker-{name}.log", name)
+        stack.callback(worker.stop)
+        return worker
+
+    def endpoint(self, client: redis.Redis, endpoint_id: str, route: str, delay: float,
+                 **options: Any) -> None:
+        from hookline.store.endpoints import EndpointRegistry
+
+        EndpointRegistry(client).add(endpoint_id, self.receiver.route(route, delay, **options))
+
+
+def _isolation_run(bench: Bench, label: str, delays: dict[str, float],
+                   count: int) -> dict[str, Any]:
+    """``count`` events to each endpoint of ``delays`` (in that order), then a worker; seconds
+    from its ready to the last of fast's delivered."""
+    with ExitStack() as part:
+        server, client = bench.fresh_redis(part, label)
+        ids = {}
+        for endpoint_id, delay in delays.items():
+            bench.endpoint(client, endpoint_id, f"{label}-{endpoint_id}", delay)
+            ids[endpoint_id] = publish(endpoint_id, f"{label}-{endpoint_id}", count)
+        worker = bench.worker(part, server, label)
+        ready = worker.wait_ready()
+        fast = Completions(client, bench.receiver, "fast", f"{label}-fast", ids["fast"])
+        timeout = 60 + count * 0.3
+        done = fast.wait(timeout, worker.check_alive)
+        first_request = min(bench.receiver.snapshot(f"{label}-{name}").arrivals[0][0]
+                            for name in delays)
+        result: dict[str, Any] = {
+            "events": {name: count for name in delays}, "timeout_seconds": timeout,
+            "startup_seconds": round(ready - worker.started, 2),
+            # Below 0: the worker sent before it was seen ready (the clock starts late).
+            "first_request_after_ready_seconds": round(first_request - ready, 3),
+            "fast_delivered": len(fast.at),
+            "fast_seconds": round(fast.last - ready, 2) if done else None}
+        if "slow" in delays:
+            slow = Completions(client, bench.receiver, "slow", f"{label}-slow", ids["slow"])
+            result["slow_delivered_by_then"] = slow.poll()
+        return result
+
+
+def isolation(bench: Bench) -> dict[str, Any]:
+    count = bench.options.isolation_events
+    alone = _isolation_run(bench, "iso-alone", {"fast": 0.0}, count)
+    print(f"  fast alone: {alone['fast_seconds']} s", flush=True)
+    beside = _isolation_run(bench, "iso-beside", {"slow": ISOLATION_SLOW_DELAY, "fast": 0.0},
+                            count)
+    print(f"  fast behind slow's backlog: {beside['fast_seconds']} s", flush=True)
+    ratio = (round(beside["fast_seconds"] / alone["fast_seconds"], 2)
+             if alone["fast_seconds"] and beside["fast_seconds"] else None)
+    return {"alone": alone, "beside_slow": beside, "ratio": ratio,
+            "slow_delay_seconds": ISOLATION_SLOW_DELAY,
+            "method": "all events queued before the worker starts (slow's first); clock from "
+                      "the worker's ready to fast's last delivery; slow's not waited for"}
+
+
+def slow(bench: Bench) -> dict[str, Any]:
+    count, receiver = bench.options.slow_events, bench.receiver
+    with ExitStack() as part:
+        server, client = bench.fresh_redis(part, "slow")
+        bench.endpoint(client, "slow", "slow", SLOW_DELAY)
+        worker = bench.worker(part, server, "slow")
+        worker.wait_ready()
+        warm = Completions(client, receiver, "slow", "slow", publish("slow", "warm", WARM_EVENTS))
+        if not warm.wait(60, worker.check_alive):
+            raise TimeoutError(f"warm-up: {len(warm.at)} of {WARM_EVENTS} delivered in 60 s")
+        pid = worker.process.pid
+        idle = {"rss_idle_mb": memory(pid)["rss_mb"], "threads_idle": process_threads(pid)}
+        receiver.reset_most("slow")
+        sampler = ProcessSampler(pid)
+        started = time.time()
+        done = Completions(client, receiver, "slow", "slow", publish("slow", "slow", count))
+        published = time.time() - started
+        timeout = 60 + count / 20
+        finished = done.wait(timeout, worker.check_alive)
+        sampled = sampler.stop()
+        peak = memory(pid)["peak_mb"]
+        route = receiver.snapshot("slow")
+    most = route.most_in_flight
+    return {"events": count, "delay_seconds": SLOW_DELAY, "timeout_seconds": timeout,
+            "publish_seconds": round(published, 2), "delivered": len(done.at),
+            "seconds": round(done.last - started, 2) if finished else None,
+            "per_second": round(count / (done.last - started), 1) if finished else None,
+            "steady_per_second": done.steady_rate(), "receiver_most_in_flight": most,
+            **idle, **sampled, "rss_peak_mb": peak,
+            "rss_per_in_flight_kb": round((peak - idle["rss_idle_mb"]) * 1024 / most, 1)
+            if most else None,
+            "duplicates": sum(1 for n in route.requests.values() if n > 1)}
+
+
+def recovery(bench: Bench) -> dict[str, Any]:
+    receiver, timeout = bench.receiver, bench.options.recovery_timeout
+    with ExitStack() as part:
+        server, client = bench.fresh_redis(part, "recovery")
+        bench.endpoint(client, "recovery", "recovery", RECOVERY_DELAY, held=True)
+        first = bench.worker(part, server, "recovery-a")
+        first.wait_ready()
+        ids = publish("recovery", "recovery", RECOVERY_EVENTS)
+        route = receiver.routes["recovery"]
+        full = receiver.wait_until(lambda: route.in_flight >= RECOVERY_EVENTS, 60,
+                                   first.check_alive)
+        second = bench.worker(part, server, "recovery-b")
+        second_ready = second.wait_ready() - second.started
+        in_flight_at_kill = receiver.in_flight("recovery")
+        killed_at = time.time()
+        first.stop()  # SIGKILL to A's process group
+        receiver.release("recovery")
+        done = Completions(client, receiver, "recovery", "recovery", ids)
+        recovered = done.wait(timeout, second.check_alive)
+        snap = receiver.snapshot("recovery")
+    before = {wid for at, wid in snap.arrivals if at < killed_at}
+    duplicates = sorted(wid for wid, n in snap.requests.items() if n > 1)
+    after = Counter(wid for at, wid in snap.arrivals if at >= killed_at)
+    return {"events": RECOVERY_EVENTS, "delay_seconds": RECOVERY_DELAY,
+            "a_reached_all_in_flight": full, "in_flight_at_kill": in_flight_at_kill,
+            "b_startup_seconds": round(second_ready, 2), "timeout_seconds": timeout,
+            "recovered_seconds": round(done.last - killed_at, 2) if recovered else None,
+            "delivered": len(done.at), "lost": len(done.pending),
+            "requests": len(snap.arrivals), "arrived_before_kill": len(before),
+            "requests_after_kill": sum(after.values()),
+            "duplicates": len(duplicates),
+            "duplicates_arrived_before_kill": set(duplicates) <= before,
+            "requested_twice_after_kill": sorted(w for w, n in after.items() if n > 1)}
+
+
+def cap(bench: Bench) -> dict[str, Any]:
+    count, receiver = bench.options.cap_events, bench.receiver
+    with ExitStack() as part:
+        server, client = bench.fresh_redis(part, "cap")
+        url = receiver.route("cap", CAP_DELAY)
+        # `hookline endpoint add`, run so that it imports the hookline the workers run (the
+        # one in ROOT, as `python -m celery` there does), whatever the virtualenv installed.
+        added = subprocess.run(
+            [sys.executable, "-c", CLI, "endpoint", "add", "cap", "--url", url,
+             "--max-in-flight", str(CAP)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, start_new_session=True)
+        if added.returncode != 0:
+            message = (added.stderr or added.stdout).strip().splitlines()
+            return {"skipped": True, "reason": message[-1] if message else
+                    f"hookline endpoint add exited {added.returncode}"}
+        workers = [bench.worker(part, server, f"cap-{n}") for n in range(CAP_WORKERS)]
+        for worker in workers:
+            worker.wait_ready()
+
+        def alive() -> None:
+            for worker in workers:
+                worker.check_alive()
+
+        started = time.time()
+        done = Completions(client, receiver, "cap", "cap", publish("cap", "cap", count))
+        timeout = 60 + count * CAP_DELAY / CAP * 2
+        finished = done.wait(timeout, alive)
+        snap = receiver.snapshot("cap")
+    return {"skipped": False, "events": count, "workers": CAP_WORKERS, "max_in_flight": CAP,
+            "delay_seconds": CAP_DELAY, "timeout_seconds": timeout, "delivered": len(done.at),
+            "receiver_most_in_flight": snap.most_in_flight,
+            "seconds": round(done.last - started, 2) if finished else None,
+            "per_second": round(count / (done.last - started), 1) if finished else None,
+            "ideal_per_second": CAP / CAP_DELAY,
+            "duplicates": sum(1 for n in snap.requests.values() if n > 1)}
+
+
+MEASURES: dict[str, Callable[[Bench], dict[str, Any]]] = {
+    "isolation": isolation, "slow": slow, "recovery": recovery, "cap": cap}
+
+
+def run(options: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="hookline-inflight-") as tmp, ExitStack() as stack:
+        workdir = Path(tmp)
+        _, control = private_redis(stack, "control", workdir)
+        bench_environment(workdir, HOOKLINE_LOG_FORMAT="text")
+        info = machine(control)
+        receiver = InflightReceiver()
+        stack.callback(receiver.stop)
+        stack.callback(hold_signals)
+        bench = Bench(options, workdir, receiver)
+        parts: dict[str, Any] = {}
+        for name in options.parts:
+            print(f"part {name}", flush=True)
+            try:
+                parts[name] = MEASURES[name](bench)
+            except Exception as exc:  # recorded; the other parts still run
+                traceback.print_exc()
+                parts[name] = {"error": f"{type(exc).__name__}: {exc}"[:4000]}
+            print(f"  {parts[name]}", flush=True)
+        info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        settings = {key: str(value) if isinstance(value, Path) else value
+                    for key, value in vars(options).items()}
+        return {"machine": info, "options": settings, "target_values": TARGETS,
+                "parts": parts}
+
+
+def _row(target: str, measured: str, met: bool | None) -> dict[str, Any]:
+    return {"target": target, "measured": measured, "met": met}
+
+
+def _isolation_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
+    alone, beside = part["alone"], part["beside_slow"]
+    target = (f"isolation: fast's {alone['events']['fast']:,} behind slow's "
+              f"{beside['events']['slow']:,} ({part['slow_delay_seconds']:g} s) / fast's alone "
+              f"<= {TARGETS['isolation_ratio']}")
+    if part["ratio"] is None:
+        return [_row(target, f"not within {beside['timeout_seconds']:.0f} s "
+                     f"(alone {alone['fast_seconds']} s)", False)]
+    return [_row(target, f"{part['ratio']} ({beside['fast_seconds']} s / "
+                 f"{alone['fast_seconds']} s; slow delivered by then: "
+                 f"{beside['slow_delivered_by_then']})",
+                 part["ratio"] <= TARGETS["isolation_ratio"])]
+
+
+def _slow_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
+    steady = part["steady_per_second"]
+    overall = (f"overall {part['per_second']}/s" if part["per_second"] else
+               f"{part['delivered']:,} of {part['events']:,} delivered in "
+               f"{part['timeout_seconds']:.0f} s")
+    return [
+        _row(f"slow receiver ({part['delay_seconds']:g} s), one worker: steady deliveries/s "
+             f">= {TARGETS['slow_per_second']:g}",
+             f"{steady}/s ({overall}; {part['receiver_most_in_flight']} in flight at most)",
+             steady is not None and steady >= TARGETS["slow_per_second"]),
+        _row("slow: worker memory (reported)",
+             f"peak RSS {part['rss_peak_mb']} MB (idle {part['rss_idle_mb']} MB), threads "
+             f"{part['threads_max']} (idle {part['threads_idle']}); "
+             f"{part['rss_per_in_flight_kb']} KB RSS per in-flight attempt", None),
+    ]
+
+
+def _recovery_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
+    events, timeout = part["events"], part["timeout_seconds"]
+    seconds = part["recovered_seconds"]
+    explained = part["duplicates_arrived_before_kill"]
+    twice = part["requested_twice_after_kill"]
+    return [
+        _row(f"recovery: all {events} delivered after kill -9 of worker A "
+             f"({part['in_flight_at_kill']} in flight), within {timeout:.0f} s",
+             f"{seconds} s" if seconds is not None else
+             f"not within {timeout:.0f} s ({part['delivered']} of {events} delivered)",
+             seconds is not None),
+        _row("recovery: none lost", f"{part['lost']} not delivered when the wait ended",
+             part["lost"] == 0),
+        _row("recovery: duplicates only of attempts cut off by the kill",
+             f"{part['duplicates']} webhook-ids requested more than once, each also before "
+             f"the kill: {'yes' if explained else 'no'}; {len(twice)} requested more than "
+             f"once after it ({part['requests_after_kill']} requests after it)",
+             (explained and not twice) if part["requests_after_kill"] else None),
+    ]
+
+
+def _cap_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
+    limit = TARGETS["cap_in_flight"]
+    target = f"cap: --max-in-flight {CAP}, receiver's most in flight <= {limit}"
+    if part["skipped"]:
+        return [_row(target, f"skipped: {part['reason']}", None)]
+    rate = (f"{part['per_second']}/s" if part["per_second"] else
+            f"{part['delivered']} of {part['events']} delivered in "
+            f"{part['timeout_seconds']:.0f} s")
+    return [_row(target, str(part["receiver_most_in_flight"]),
+                 part["receiver_most_in_flight"] <= limit),
+            _row(f"cap: deliveries/s, {part['workers']} workers (reported; at most "
+                 f"{part['ideal_per_second']:g}/s)", rate, None)]
+
+
+ROWS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
+    "isolation": _isolation_rows, "slow": _slow_rows, "recovery": _recovery_rows,
+    "cap": _cap_rows}
+
+
+def finish(result: dict[str, Any]) -> None:
+    """The verdict on each target."""
+    rows = []
+    for name, part in result["parts"].items():
+        if "error" in part:
+            rows.append(_row(name, f"error: {part['error'][:300]}", False))
+        else:
+            rows += ROWS[name](part)
+    result["targets"] = rows
+
+
+def report(result: dict[str, Any]) -> str:
+    info = result["machine"]
+    lines = [f"{info['date']}, {info['cpus']} cores {info['cpu_model']}, load "
+             f"{info['load_average'][0]}, Python {info['python']}, Celery {info['celery']}, "
+             f"Redis {info['redis_server']}, commit {info['commit']}"
+             + (f" (uncommitted: {', '.join(info['uncommitted'])})"
+                if info["uncommitted"] else ""),
+             "", "| target | measured | met |", "|---|---|---|"]
+    verdict = {True: "yes", False: "no", None: "-"}
+    for row in result["targets"]:
+        measured = str(row["measured"]).replace("|", "/").replace("\n", " ")
+        lines.append(f"| {row['target']} | {measured} | {verdict[row['met']]} |")
+    return "\n".join(lines)
+
+
+def parse_parts(text: str) -> list[str]:
+    parts = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in parts if name not in PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"parts are {', '.join(PARTS)} (comma-separated); "
+                                         f"got {text!r}")
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="500 isolation events, 2,000 slow, 150 capped, recovery "
+                        "timeout 60 s")
+    parser.add_argument("--parts", type=parse_parts, default=list(PARTS),
+                        help=f"comma-separated, in the order to run (default "
+                        f"{','.join(PARTS)})")
+    parser.add_argument("--recovery-timeout", type=float, metavar="SECONDS",
+                        help="how long to wait for recovery's events after the kill "
+                        "(420; --quick 60)")
+    parser.add_argument("--out", "--output", dest="output", type=Path, default=RESULTS)
+    options = parser.parse_args(argv)
+    quick = options.quick
+    options.isolation_events = 500 if quick else 1000
+    options.slow_events = 2000 if quick else 4000
+    options.cap_events = 150 if quick else 300
+    if options.recovery_timeout is None:
+        options.recovery_timeout = 60.0 if quick else 420.0
+    if options.recovery_timeout <= 0:
+        parser.error("--recovery-timeout must be positive")
+    return run_bench(run, options, report, finish=finish)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
