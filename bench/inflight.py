@@ -2,7 +2,7 @@
 slow receiver, recovery after a worker's SIGKILL, and a per-endpoint in-flight cap.
 
     python -m bench.inflight [--quick] [--parts isolation,slow,recovery,cap] [--out PATH]
-                             [--recovery-timeout SECONDS]
+                             [--rounds N] [--recovery-timeout SECONDS]
 
 Every worker under test is started the README way, ``celery -A hookline.worker worker -n
 NAME@%h``, with nothing else on its command line: Celery's and Hookline's default pool,
@@ -21,9 +21,10 @@ receiver has answered; a part ends when all of its events are, or at its timeout
    all queued before the worker starts; seconds from the worker's ready to the last one
    delivered. (b) On a fresh Redis, 1,000 to ``slow`` (answers after 2 s) then 1,000 to
    ``fast``, published in that order and all queued before the worker starts; seconds from
-   ready to fast's last one delivered. The ratio (b) / (a): target <= 1.25. Slow's events
-   are not waited for: the part stops once fast's are done (how many of slow's were
-   delivered by then is reported).
+   ready to fast's last one delivered. Slow's events are not waited for: (b) stops once
+   fast's are done (how many of slow's were delivered by then is reported). (a) and (b) in
+   turn ``--rounds`` times (2, ``--quick`` 1), each on a fresh Redis and worker; the ratio
+   of their totals, (b) / (a): target <= 1.25.
 2. **slow**: one worker, the only endpoint answering after 1 s; 64 events to warm it up (its
    connections open), its idle RSS and threads, then 4,000 events (``--quick`` 2,000)
    published while it runs. Steady deliveries/s (the middle 80% of the deliveries; target
@@ -298,16 +299,26 @@ def _isolation_run(bench: Bench, label: str, delays: dict[str, float],
 
 
 def isolation(bench: Bench) -> dict[str, Any]:
-    count = bench.options.isolation_events
-    alone = _isolation_run(bench, "iso-alone", {"fast": 0.0}, count)
-    print(f"  fast alone: {alone['fast_seconds']} s", flush=True)
-    beside = _isolation_run(bench, "iso-beside", {"slow": ISOLATION_SLOW_DELAY, "fast": 0.0},
-                            count)
-    print(f"  fast behind slow's backlog: {beside['fast_seconds']} s", flush=True)
-    ratio = (round(beside["fast_seconds"] / alone["fast_seconds"], 2)
-             if alone["fast_seconds"] and beside["fast_seconds"] else None)
-    return {"alone": alone, "beside_slow": beside, "ratio": ratio,
-            "slow_delay_seconds": ISOLATION_SLOW_DELAY,
+    """(a) and (b) in turn, ``--rounds`` times (the machine's speed drifts by a sixth from
+    one worker to the next); the ratio is of their totals."""
+    count, rounds = bench.options.isolation_events, []
+    for number in range(bench.options.rounds):
+        alone = _isolation_run(bench, f"iso{number}-alone", {"fast": 0.0}, count)
+        beside = _isolation_run(bench, f"iso{number}-beside",
+                                {"slow": ISOLATION_SLOW_DELAY, "fast": 0.0}, count)
+        print(f"  round {number + 1}: fast alone {alone['fast_seconds']} s, behind slow's "
+              f"backlog {beside['fast_seconds']} s", flush=True)
+        rounds.append({"alone": alone, "beside_slow": beside})
+    alone_seconds = [r["alone"]["fast_seconds"] for r in rounds]
+    beside_seconds = [r["beside_slow"]["fast_seconds"] for r in rounds]
+    within = None not in alone_seconds and None not in beside_seconds
+    return {"events": count, "slow_delay_seconds": ISOLATION_SLOW_DELAY,
+            "timeout_seconds": rounds[0]["alone"]["timeout_seconds"],
+            "alone_seconds": alone_seconds, "beside_slow_seconds": beside_seconds,
+            "slow_delivered_by_then": [r["beside_slow"]["slow_delivered_by_then"]
+                                       for r in rounds],
+            "ratio": round(sum(beside_seconds) / sum(alone_seconds), 2) if within else None,
+            "rounds": rounds,
             "method": "all events queued before the worker starts (slow's first); clock from "
                       "the worker's ready to fast's last delivery; slow's not waited for"}
 
@@ -453,16 +464,16 @@ def _row(target: str, measured: str, met: bool | None) -> dict[str, Any]:
 
 
 def _isolation_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
-    alone, beside = part["alone"], part["beside_slow"]
-    target = (f"isolation: fast's {alone['events']['fast']:,} behind slow's "
-              f"{beside['events']['slow']:,} ({part['slow_delay_seconds']:g} s) / fast's alone "
-              f"<= {TARGETS['isolation_ratio']}")
+    alone, beside = part["alone_seconds"], part["beside_slow_seconds"]
+    target = (f"isolation: fast's {part['events']:,} behind slow's {part['events']:,} "
+              f"({part['slow_delay_seconds']:g} s) / fast's alone <= "
+              f"{TARGETS['isolation_ratio']}")
     if part["ratio"] is None:
-        return [_row(target, f"not within {beside['timeout_seconds']:.0f} s "
-                     f"(alone {alone['fast_seconds']} s)", False)]
-    return [_row(target, f"{part['ratio']} ({beside['fast_seconds']} s / "
-                 f"{alone['fast_seconds']} s; slow delivered by then: "
-                 f"{beside['slow_delivered_by_then']})",
+        return [_row(target, f"not within {part['timeout_seconds']:.0f} s (s behind slow: "
+                     f"{beside}; alone: {alone})", False)]
+    return [_row(target, f"{part['ratio']} ({' + '.join(map(str, beside))} s / "
+                 f"{' + '.join(map(str, alone))} s; slow's delivered by then: "
+                 f"{', '.join(map(str, part['slow_delivered_by_then']))})",
                  part["ratio"] <= TARGETS["isolation_ratio"])]
 
 
@@ -566,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", type=parse_parts, default=list(PARTS),
                         help=f"comma-separated, in the order to run (default "
                         f"{','.join(PARTS)})")
+    parser.add_argument("--rounds", type=int,
+                        help="rounds of isolation's (a) and (b), in turn (2; --quick 1)")
     parser.add_argument("--recovery-timeout", type=float, metavar="SECONDS",
                         help="how long to wait for recovery's events after the kill "
                         "(420; --quick 60)")
@@ -577,8 +590,10 @@ def main(argv: list[str] | None = None) -> int:
     options.cap_events = 150 if quick else 300
     if options.recovery_timeout is None:
         options.recovery_timeout = 60.0 if quick else 420.0
-    if options.recovery_timeout <= 0:
-        parser.error("--recovery-timeout must be positive")
+    if options.rounds is None:
+        options.rounds = 1 if quick else 2
+    if options.recovery_timeout <= 0 or options.rounds < 1:
+        parser.error("--recovery-timeout must be positive, --rounds at least 1")
     return run_bench(run, options, report, finish=finish)
 
 

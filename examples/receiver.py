@@ -80,6 +80,11 @@ def in_order(*replies: Reply, then: Reply | None = None) -> Behaviour:
     return behaviour
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # hundreds of slow requests arrive at once
+
+
 class Receiver:
     """A threaded HTTP server on 127.0.0.1; ``url(path)`` gives the address of a route."""
 
@@ -91,9 +96,12 @@ class Receiver:
         self.default: Behaviour = always(Reply(204))
         self.received: list[Received] = []
         self._attempts: Counter[tuple[str, str]] = Counter()
+        #: Requests being answered now, and the most at once, per path (a request counts from
+        #: its arrival until its answer is written).
+        self.in_flight: Counter[str] = Counter()
+        self.most_in_flight: Counter[str] = Counter()
         self._changed = threading.Condition()
-        self.server = ThreadingHTTPServer((host, port), self._handler_class())
-        self.server.daemon_threads = True
+        self.server = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
 
     @property
@@ -161,6 +169,19 @@ class Receiver:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
+                with receiver._changed:
+                    receiver.in_flight[self.path] += 1
+                    receiver.most_in_flight[self.path] = max(
+                        receiver.most_in_flight[self.path], receiver.in_flight[self.path])
+                    receiver._changed.notify_all()
+                try:
+                    self._answer()
+                finally:
+                    with receiver._changed:
+                        receiver.in_flight[self.path] -= 1
+                        receiver._changed.notify_all()
+
+            def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 headers = {k.lower(): v for k, v in self.headers.items()}

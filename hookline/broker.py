@@ -291,9 +291,12 @@ class Channel(kombu_redis.Channel):
         visibility timeout)."""
         if self.global_keyprefix:
             return None
-        live = process_liveness(slots=self.qos.prefetch_count or 1)
+        slots = self.qos.prefetch_count or 1
+        live = process_liveness(slots=slots)
         if live is not None:
             live.add_reaper(self.qos.reap)
+            if slots > live.slots:  # Celery sets the prefetch limit after the first consume
+                live.slots = live.total_slots = slots
         return live
 
     def _batch(self) -> int:

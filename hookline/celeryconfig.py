@@ -169,14 +169,18 @@ task_publish_retry_policy = {"max_retries": 3, "interval_start": 0, "interval_st
 broker_connection_retry_on_startup = True
 
 # Webhook sending is I/O-bound: a thread pool keeps one worker process busy with many
-# receivers at once, so a receiver that takes 100 ms to answer does not cap throughput at
-# concurrency / 0.1 s. Threads share one Redis pool and have HTTP connection pools of their own.
-# 64 slots: a worker process tops out near one core (~300 deliveries/s on this project's
-# machine), and at 100 ms per answer that takes 30+ attempts in flight; 64 leaves room for
-# slower receivers. Celery's time limits are not enforced under threads: the HTTP client's
-# connect and read timeouts bound every attempt instead.
+# receivers at once. 512 slots: a process holds 512 attempts in flight, so receivers that take
+# a second or more to answer still get ~500 deliveries/s from one process (64 slots gave 64/s
+# against a receiver answering after 1 s). The CPU-bound part is bounded apart from the slots:
+# the consumer takes a new message only while fewer than HOOKLINE_RUNNABLE_ATTEMPTS (64) of
+# those it holds are not waiting on a receiver (hookline/unacked.py, QoS.can_consume), so
+# against fast receivers at most ~64 threads run, as before, and the rest of the pool is never
+# started (Python's thread pool starts threads as they are needed). A thread waiting on a
+# receiver costs its stack's touched pages (measured in docs: bench.inflight). Celery's time
+# limits are not enforced under threads: the HTTP client's connect and read timeouts bound
+# every attempt instead.
 worker_pool = os.environ.get("CELERY_WORKER_POOL", "threads")
-worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "64"))
+worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "512"))
 
 # Two queues: first deliveries and retries. `celery -A app worker` with no -Q consumes both.
 task_default_queue = DELIVERY_QUEUE

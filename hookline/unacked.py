@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 from time import time
 from typing import Any
 
@@ -161,10 +162,13 @@ def wait_for_share(delivery_tag: Any, endpoint_id: str) -> bool:
         return False
     channel = qos.channel
     payload, exchange, routing_key = loads(parsed[1])
-    queues = channel._lookup(exchange, routing_key)
+    queues = sorted(channel._lookup(exchange, routing_key))
     if not queues:
         return False
     priority = channel._get_message_priority(payload, reverse=False)
+    # A new delivery tag: this very process may take it again while kombu still holds the
+    # old one until its acknowledgement.
+    payload["properties"]["delivery_tag"] = uuid.uuid4().hex
     entry = f"{channel._q_for_pri(queues[0], priority)}\n{dumps(payload)}"
     with channel.conn_or_acquire() as client:
         client.eval(_WAIT_SHARE, 5, qos.records_key, fair_waiting_key(endpoint_id),
@@ -277,9 +281,12 @@ class QoS(kombu_redis.QoS):
             members = [member for member in client.zrange(self.records_key, 0, -1)
                        if bytes(member).startswith(head)]
             for member in reversed(members[:REAP_BATCH]):
+                # The lease first: once the message is back, a worker may take it at once.
+                # (Only the dead owner's lease is released, so a racing reaper, or an attempt
+                # already running on a restored copy, is never touched.)
+                _release_lease(member, owner)
                 if self.restore_member(client, member):
                     restored += 1
-                    _release_lease(member, owner)
         return restored, max(0, len(members) - REAP_BATCH)
 
     def append(self, message: Any, delivery_tag: str) -> None:

@@ -190,6 +190,18 @@ def checked_rate(rate: str | None) -> str | None:
     return rate
 
 
+MAX_IN_FLIGHT_HELP = ("The most attempts in flight to this endpoint at once, across all "
+                      "workers (protects its receiver; beyond it deliveries wait without "
+                      "holding a worker)")
+
+
+def _cap(value: int | None) -> int | None:
+    """--max-in-flight as given to add: 0 is refused there (it means 'remove' for update)."""
+    if value is not None and value < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--max-in-flight")
+    return value
+
+
 @endpoint.command("add")
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--url", required=True, help="Where events are POSTed (http or https).")
@@ -206,17 +218,20 @@ def checked_rate(rate: str | None) -> str | None:
 @click.option("--events", metavar="TYPES", help=EVENTS_HELP + "; every type when omitted.")
 @click.option("--channels", metavar="CHANNELS",
               help=CHANNELS_HELP + "; no channel filter when omitted.")
+@click.option("--max-in-flight", type=int, metavar="N",
+              help=MAX_IN_FLIGHT_HELP + "; no cap when omitted.")
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
                  retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
                  headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
-                 channels: str | None) -> None:
+                 channels: str | None, max_in_flight: int | None) -> None:
     """Register endpoint ID. Without --secret a secret is generated and printed once."""
     # Without --burst the registry's own default applies.
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
                                    retry_policy=retry_policy, rate=checked_rate(rate),
                                    headers=validate_headers({}, headers), app=app_id,
-                                   event_types=events, channels=channels, **extra)
+                                   event_types=events, channels=channels,
+                                   max_in_flight=_cap(max_in_flight), **extra)
     click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}"
                + (f" in application {added.app} ({subscription_text(added)})"
                   if added.app else ""))
@@ -261,8 +276,10 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
     item = EndpointRegistry().require(endpoint_id)
     status = Gate().breaker_status(item.id)
     recent = AttemptHistory().recent(item.id)
+    inflight, waiting = Gate().in_flight(item.id)
     if as_json:
-        echo_json({**item.public(), "breaker": breaker_json(status), "recent": recent.as_dict()})
+        echo_json({**item.public(), "breaker": breaker_json(status), "recent": recent.as_dict(),
+                   "in_flight": inflight, "waiting": waiting})
         return
     policy = item.policy()
     default_timeout = item.timeout is None
@@ -279,6 +296,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("retry window", f"{policy.window():g}s"),
         ("rate", item.rate or "no limit"),
         ("burst", _burst(item)),
+        ("max in flight", item.max_in_flight or "no cap (its fair share of the slots)"),
+        ("in flight", f"{inflight} now, {waiting} waiting for a slot"),
         ("application", item.app),
         ("subscription", subscription_text(item) if item.app else None),
         ("created", format_time(item.created_at)),
@@ -307,27 +326,31 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
 @click.option("--events", metavar="TYPES|none", help=EVENTS_HELP + "; 'none': every type.")
 @click.option("--channels", metavar="CHANNELS|none",
               help=CHANNELS_HELP + "; 'none': no channel filter.")
+@click.option("--max-in-flight", type=int, metavar="N",
+              help=MAX_IN_FLIGHT_HELP + "; 0 removes the cap.")
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     timeout: float | None, retry_policy: dict[str, Any] | None,
                     rate: str | None, burst: int | None, headers: tuple[tuple[str, str], ...],
                     remove_headers: tuple[str, ...], app_id: str | None,
-                    events: str | None, channels: str | None) -> None:
+                    events: str | None, channels: str | None,
+                    max_in_flight: int | None) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt (a new
     subscription applies to events published after it)."""
     changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
                "rate": rate, "burst": burst, "header": headers or None,
                "removed header": remove_headers or None, "app": app_id, "events": events,
-               "channels": channels}
+               "channels": channels, "max_in_flight": max_in_flight}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
                                "--retry-policy, --rate, --burst, --header, --remove-header, "
-                               "--app, --events or --channels")
+                               "--app, --events, --channels or --max-in-flight")
     updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
                                         retry_policy=retry_policy, rate=checked_rate(rate),
                                         burst=burst, headers=dict(headers),
                                         remove_headers=remove_headers, app=app_id,
-                                        event_types=events, channels=channels)
+                                        event_types=events, channels=channels,
+                                        max_in_flight=max_in_flight)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
     if updated.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without a rate", err=True)

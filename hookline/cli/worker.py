@@ -1,6 +1,6 @@
 """``hookline worker``: Celery workers on every core of the machine (or container), by default.
 
-A Celery worker with the threads pool (Hookline's default: 64 slots, since a delivery mostly
+A Celery worker with the threads pool (Hookline's default: 512 slots, since a delivery mostly
 waits on the network) runs its Python on one core at a time. This command starts one such
 worker process per usable core (the CPU affinity, capped by a container's cgroup CPU quota),
 each a Celery node of its own (``hookline<n>@<host>``, n from 1), and supervises them:

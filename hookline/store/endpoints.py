@@ -95,6 +95,8 @@ class Endpoint:
     :param event_types: its event-type filter (``order.created``, ``order.*``); empty: every
         type (``hookline.core.subscriptions``).
     :param channels: the channels it listens to; empty: no channel filter.
+    :param max_in_flight: the most attempts in flight to it at once across all workers (a hard
+        cap that protects its receiver), or None for no cap beyond its fair share of the slots.
     """
 
     id: str
@@ -115,6 +117,7 @@ class Endpoint:
     app: str | None = None
     event_types: tuple[str, ...] = ()
     channels: tuple[str, ...] = ()
+    max_in_flight: int | None = None
 
     @property
     def paused(self) -> bool:
@@ -168,6 +171,9 @@ class Endpoint:
             "app": self.app or "",
             "event_types": json.dumps(list(self.event_types)),
             "channels": json.dumps(list(self.channels)),
+            # Read by admit.lua and consume.lua: 0 for no cap. (inflight and waiting, the
+            # counts beside it, are the scripts' own: never written here.)
+            "max_in_flight": str(self.max_in_flight or 0),
         }
 
     @classmethod
@@ -195,6 +201,7 @@ class Endpoint:
             app=data.get("app") or None,
             event_types=tuple(json.loads(data.get("event_types") or "[]")),
             channels=tuple(json.loads(data.get("channels") or "[]")),
+            max_in_flight=int(data.get("max_in_flight") or 0) or None,
         )
 
     def public(self) -> dict[str, Any]:
@@ -208,6 +215,7 @@ class Endpoint:
             "timeout": self.timeout,
             "retry_policy": dict(self.retry_policy),
             "rate": self.rate,
+            "max_in_flight": self.max_in_flight,
             "burst": self.effective_burst() if self.rate else None,
             "secrets": [mask_secret(s) for s in self.secrets],
             "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
@@ -324,6 +332,21 @@ def validate_burst(burst: int) -> int:
     return burst
 
 
+#: The largest --max-in-flight accepted.
+MAX_IN_FLIGHT = 100_000
+
+
+def validate_max_in_flight(value: int | None) -> int | None:
+    """A hard cap on attempts in flight (None: none; 0 is accepted by update, to remove it)."""
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 0 <= value <= MAX_IN_FLIGHT):
+        raise EndpointError(f"max_in_flight {value!r} must be an integer from 1 to "
+                            f"{MAX_IN_FLIGHT} (0 to remove the cap)", "max_in_flight")
+    return value or None
+
+
 def validate_headers(current: Mapping[str, str], added: Any = (), removed: Any = ()
                      ) -> dict[str, str]:
     """``current`` headers with ``removed`` names taken out and ``added`` (name, value) pairs
@@ -381,6 +404,7 @@ class EndpointRegistry:
         app: str | None = None,
         event_types: Names = None,
         channels: Names = None,
+        max_in_flight: int | None = None,
     ) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given. ``headers``: extra
         request headers (name -> value; :mod:`hookline.core.headers` says which are refused).
@@ -406,6 +430,7 @@ class EndpointRegistry:
             app=app,
             event_types=filters,
             channels=listened,
+            max_in_flight=validate_max_in_flight(max_in_flight),
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
@@ -512,6 +537,7 @@ class EndpointRegistry:
         app: str | None = None,
         event_types: Names = None,
         channels: Names = None,
+        max_in_flight: int | None = None,
     ) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
         ``rate="none"`` removes the rate limit. ``headers`` are set (a name already there, in
@@ -542,6 +568,9 @@ class EndpointRegistry:
             changes["rate"] = validate_rate(rate)
         if burst is not None:
             changes["burst"] = validate_burst(burst)
+        if max_in_flight is not None:
+            # 0 removes the cap
+            changes["max_in_flight"] = validate_max_in_flight(max_in_flight) or None
         if retry_policy is not None:
             changes["retry_policy"] = validate_policy_override(
                 {**endpoint.retry_policy, **retry_policy}

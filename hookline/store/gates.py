@@ -235,6 +235,15 @@ class Gate:
         )
         return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))
 
+    def in_flight(self, endpoint_id: str) -> tuple[int, int]:
+        """``(attempts in flight, deliveries waiting for their share or the cap)`` of one
+        endpoint across all workers (the waiting ones live beside the broker's queues, so
+        they are counted only where the broker is this Redis)."""
+        inflight = int(self.redis.hget(keys.endpoint_key(endpoint_id), "inflight") or 0)
+        waiting = (int(self.redis.llen(keys.fair_waiting_key(endpoint_id)))
+                   if settings().broker_is_state else 0)
+        return inflight, waiting
+
     def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
         return delivered(self.redis, [(endpoint_id, event_id)])[0]
 

@@ -96,7 +96,7 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
     # trip less); Celery's ack after the task then sends nothing.
     tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
     unacked = held_record(tag) if config.broker_is_state and tag else None
-    if unacked is not None and not _still_ours(tag, unacked[1]):
+    if unacked is not None and not _still_ours(str(tag), unacked[1]):
         settled(str(tag))  # restored to another worker: its record is gone
         log_event("delivery.fenced", level=logging.WARNING, endpoint_id=endpoint_id,
                   event_id=event_id, detail="taken before this worker was declared dead; "

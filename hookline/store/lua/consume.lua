@@ -351,10 +351,11 @@ local function consider(key, item, from_waiting)
   return 'taken', endpoint
 end
 
--- Take the oldest waiting delivery of `endpoint` if it is under its share: nil, or a reply.
-local function serve(endpoint)
+-- Take the oldest waiting delivery of `endpoint` if it is under its share (`behind`: the
+-- queues still hold messages, see over): nil, or a reply.
+local function serve(endpoint, behind)
   local own = endpoint_keys[endpoint]
-  if over(endpoint, fields(endpoint, own), false) then
+  if over(endpoint, fields(endpoint, own), behind) then
     return nil, false
   end
   local key, item = take_waiting(endpoint, own)
@@ -395,7 +396,7 @@ while true do
   end
   if outcome == 'waiting' then
     -- Its oldest waiting one goes instead, if it is under its share.
-    local late = serve(early)
+    local late = serve(early, true)
     if late then
       return late
     end
@@ -431,7 +432,7 @@ while fair and next(waiting) ~= nil and #taken / 2 < most do
     end
     break
   end
-  local early, served = serve(best)
+  local early, served = serve(best, false)
   if early then
     return early
   end

@@ -40,6 +40,8 @@ if ARGV[5] == '1' then
 elseif redis.call('ZADD', KEYS[1], 'XX', 'CH', now, token) == 0
     and not redis.call('ZSCORE', KEYS[1], token) then
   return {'fenced'}
+else
+  redis.call('HSET', KEYS[3], token, ARGV[3])  -- its slots may have changed (prefetch set)
 end
 if now - resumed >= window then
   local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'LIMIT', 0,
