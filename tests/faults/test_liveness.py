@@ -162,8 +162,9 @@ def test_an_endpoint_capped_at_five_never_has_more_in_flight_across_three_worker
 def test_a_slow_endpoints_backlog_does_not_hold_back_a_fast_endpoint(
         isolated, receiver, start_worker):
     """A slow but healthy endpoint (2 s per answer) with 400 events queued ahead of 100 for a
-    fast one, one worker with the default 512 slots: the fast endpoint's events are all delivered while
-    most of the slow backlog still waits (before, every slot waited on the slow endpoint)."""
+    fast one, one worker with the default 512 slots: the fast endpoint's events are all
+    delivered while most of the slow backlog still waits (before, every slot waited on the
+    slow endpoint)."""
     endpoints = EndpointRegistry(isolated)
     slow = endpoints.add("slowpoke", receiver.route("/slowpoke", always(Reply(204, delay=2))))
     fast = endpoints.add("quick", receiver.route("/quick", always(Reply(204))))
