@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -90,7 +90,8 @@ class RedisStateCollector(Collector):
         dead_letters = DeadLetterQueue(client).count()
         pipe = client.pipeline(transaction=False)
         for endpoint_id in endpoint_ids:
-            pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until", "paused_at")
+            pipe.hmget(keys.breaker_key(endpoint_id), "state", "blocked_until", "paused_at",
+                       "inflight")
         breakers = pipe.execute() if endpoint_ids else []
         now_ms = store.redis_time(client) * 1000
         lengths = queue_lengths(broker)
@@ -120,18 +121,45 @@ class RedisStateCollector(Collector):
         yield _gauge("hookline_breaker_state",
                      "Circuit breaker of each endpoint: 0 closed, 1 half-open, 2 open.",
                      "endpoint", ((endpoint_id, BREAKER_STATES.get(state or "closed", 0))
-                                  for endpoint_id, (state, _, _) in zip(endpoint_ids, breakers,
+                                  for endpoint_id, (state, _, _, _) in zip(endpoint_ids, breakers,
                                                                         strict=True)))
         yield _gauge("hookline_endpoint_paused",
                      "1 while an endpoint is paused ('hookline endpoint pause'), else 0.",
                      "endpoint", ((endpoint_id, 1 if paused else 0)
-                                  for endpoint_id, (_, _, paused) in zip(endpoint_ids, breakers,
+                                  for endpoint_id, (_, _, paused, _) in zip(endpoint_ids, breakers,
                                                                          strict=True)))
         yield _gauge("hookline_endpoint_blocked_seconds",
                      "Seconds left of the Retry-After block of each endpoint (0: none).",
                      "endpoint", ((endpoint_id, max(0.0, (float(until or 0) - now_ms) / 1000))
-                                  for endpoint_id, (_, until, _) in zip(endpoint_ids, breakers,
+                                  for endpoint_id, (_, until, _, _) in zip(endpoint_ids, breakers,
                                                                         strict=True)))
+        yield _gauge("hookline_endpoint_in_flight",
+                     "Attempts in flight to each endpoint across all workers (its fair share "
+                     "and its --max-in-flight cap are counted in these).", "endpoint",
+                     ((endpoint_id, int(inflight or 0))
+                      for endpoint_id, (_, _, _, inflight) in zip(endpoint_ids, breakers,
+                                                                  strict=True)))
+        if not isinstance(broker, RabbitBroker):
+            yield from _liveness_gauges(broker)
+
+
+def _liveness_gauges(broker: Any) -> Iterator[Metric]:
+    """The worker registry on a Redis broker (hookline/liveness.py)."""
+    pipe = broker.pipeline(transaction=False)
+    pipe.zcard(keys.WORKERS_LIVE_KEY).hmget(keys.WORKERS_CLOCK_KEY, "declared", "restored")
+    live, (declared, restored) = pipe.execute()
+    yield _gauge("hookline_worker_processes", "Worker processes proving they are alive "
+                 "(a heartbeat within HOOKLINE_LIVENESS_WINDOW).", None, [("", int(live))])
+    declared_family = CounterMetricFamily(
+        "hookline_worker_processes_declared_dead", "Worker processes declared dead (their "
+        "heartbeats stopped) since the registry began.")
+    declared_family.add_metric([], float(declared or 0))
+    yield declared_family
+    restored_family = CounterMetricFamily(
+        "hookline_messages_restored", "Messages of dead worker processes put back on their "
+        "queues for live ones, since the registry began.")
+    restored_family.add_metric([], float(restored or 0))
+    yield restored_family
 
 
 def broker_client_for(config: Settings, state: Any) -> Any:

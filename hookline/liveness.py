@@ -7,11 +7,11 @@ is merely slow. Here each consuming process proves it is alive instead:
 - **Registration and heartbeat.** The first consume of a process registers a random token in
   the broker's Redis (``hookline:workers:live``, scored with Redis time) with its slots, and a
   thread of its own (never a task slot: a busy process keeps beating) beats every
-  ``HOOKLINE_HEARTBEAT_INTERVAL`` seconds (1). Every message the process takes is recorded
+  ``HOOKLINE_HEARTBEAT_INTERVAL`` seconds (2). Every message the process takes is recorded
   unacknowledged with that token as the owner (the records set member, hookline/unacked.py),
   so what each process holds is known.
 - **Declared dead.** A process whose latest beat is older than ``HOOKLINE_LIVENESS_WINDOW``
-  (5 s) is declared dead by the next beat of any live process (heartbeat.lua, atomic: exactly
+  (6 s) is declared dead by the next beat of any live process (heartbeat.lua, atomic: exactly
   one declares it). The declaring process then restores the dead one's messages, oldest taken
   first, each exactly once (restore.lua removes the record in the step that pushes it back),
   and releases the in-flight leases its attempts held (release_dead.lua), so the messages are
@@ -93,6 +93,7 @@ class Liveness:
         self._script = client.register_script(_HEARTBEAT)
         self._registration = Registration(secrets.token_hex(8), 1)
         self._registered = False
+        self._announced = 0
         #: monotonic time of the latest beat Redis accepted (0: none yet)
         self._beat_at = 0.0
         self._beaten = threading.Condition()
@@ -173,16 +174,18 @@ class Liveness:
         """One heartbeat: register if not yet, learn of a fencing, restore dead processes'
         messages."""
         registration = self._registration
+        slots = self.slots
         reply = self._script(
             keys=REGISTRY_KEYS,
-            args=[registration.token, round(self.window * 1000), self.slots, self._describe(),
-                  "0" if self._registered else "1", DECLARE_BATCH])
+            args=[registration.token, round(self.window * 1000),
+                  "" if self._registered and slots == self._announced else slots,
+                  self._describe(), "0" if self._registered else "1", DECLARE_BATCH])
         status = _text(reply[0])
         if status == "fenced":
             self._fenced(registration)
             return
-        self._registered = True
-        self.total_slots, self.live = max(1, int(reply[1])), int(reply[2])
+        self._registered, self._announced = True, slots
+        self.total_slots, self.live = max(1, int(reply[1])), max(1, int(reply[2]))
         with self._beaten:
             self._beat_at = time.monotonic()
             self._beaten.notify_all()

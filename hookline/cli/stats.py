@@ -23,6 +23,7 @@ from hookline.cli.schedule import schedule_json, schedule_rows
 from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
+from hookline.liveness import registry
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.connection import redis_for
@@ -80,6 +81,59 @@ def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
             if book and float(book) > now_ms]
 
 
+def workers_report() -> dict[str, Any] | None:
+    """The broker's registry of live worker processes (hookline/liveness.py): None on
+    RabbitMQ, which tracks its consumers itself."""
+    config = settings()
+    if config.broker_amqp:
+        return None
+    broker = redis_for(config.broker_url, decode_responses=False, socket_connect_timeout=5,
+                       socket_timeout=10)
+    try:
+        return registry(broker)
+    except redis.RedisError as exc:
+        raise redis_failure(exc, config.broker_url, "HOOKLINE_BROKER_URL") from None
+    finally:
+        broker.close()
+
+
+def in_flight(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
+    """Endpoints with attempts in flight or deliveries waiting for their share or cap, the
+    busiest first."""
+    if not endpoints:
+        return []
+    pipe = store.client().pipeline(transaction=False)
+    waiting_here = settings().broker_is_state
+    for item in endpoints:
+        pipe.hget(keys.endpoint_key(item.id), "inflight")
+        if waiting_here:
+            pipe.llen(keys.fair_waiting_key(item.id))
+    values = pipe.execute()
+    step = 2 if waiting_here else 1
+    rows = [{"endpoint_id": item.id, "in_flight": int(values[n * step] or 0),
+             "waiting": int(values[n * step + 1]) if waiting_here else 0,
+             "max_in_flight": item.max_in_flight}
+            for n, item in enumerate(endpoints)]
+    busy = [row for row in rows if row["in_flight"] or row["waiting"]]
+    return sorted(busy, key=lambda row: (-row["in_flight"], -row["waiting"], row["endpoint_id"]))
+
+
+def _workers_rows(workers: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    if workers is None:
+        return []
+    live = workers["live"]
+    slots = sum(process["slots"] for process in live)
+    return [
+        ("worker processes", f"{len(live)} live ({slots} slots), {workers['declared_dead']} "
+                             f"declared dead so far, {workers['restored']} of their messages "
+                             "restored" + (f", {workers['dead_restoring']} being restored"
+                                           if workers["dead_restoring"] else "")),
+        *_named([(f"  {process['host']}:{process['pid']}",
+                  f"{process['slots']} slots, last heartbeat {process['beat_age']:g}s ago")
+                 for process in live]),
+    ]
+
+
 def _named(rows: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     if len(rows) <= STATS_LISTED:
         return rows
@@ -108,6 +162,8 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
                          "oldest": dead_letters.oldest},
         "breakers": [breaker_json(status, cooldown=False) for status in troubled],
         "throttled": throttled,
+        "in_flight": in_flight(endpoints),
+        "workers": workers_report(),
     }
     oldest = format_time(dead_letters.oldest)
     rows: list[tuple[str, Any]] = [
@@ -126,6 +182,13 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
         *_named([(f"  {item['endpoint_id']}", f"{item['rate']}, slots booked until "
                                               f"{format_time(item['booked_until'])}")
                  for item in throttled]),
+        ("in flight", f"{sum(row['in_flight'] for row in report['in_flight'])} attempts, "
+                      f"{sum(row['waiting'] for row in report['in_flight'])} waiting for a slot"),
+        *_named([(f"  {row['endpoint_id']}", f"{row['in_flight']} in flight, {row['waiting']} "
+                                             "waiting" + (f" (cap {row['max_in_flight']})"
+                                                          if row["max_in_flight"] else ""))
+                 for row in report["in_flight"]]),
+        *_workers_rows(report["workers"]),
     ]
     return report, rows
 
@@ -156,7 +219,8 @@ def _stats_frame(as_json: bool, interval: float) -> str:
 @click.option("--iterations", type=click.IntRange(min=1), hidden=True,
               help="Stop --watch after N refreshes (for tests).")
 def stats(as_json: bool, watch: bool, interval: float, iterations: int | None) -> None:
-    """Queue depths, scheduled retries, dead letters by reason, and endpoints with a breaker
+    """Queue depths, scheduled retries, dead letters by reason, attempts in flight, live
+    worker processes, and endpoints with a breaker
     not closed, a Retry-After block or events waiting for rate slots: one screen."""
     if watch:
         watch_frames(lambda: _stats_frame(as_json, interval), interval=interval,

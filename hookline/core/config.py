@@ -76,9 +76,9 @@ class Settings:
     #: exceed the longest a live worker holds one (waiting for a slot, then one attempt).
     visibility_timeout: float = 300.0
     #: Seconds between a consuming process's heartbeats (hookline/liveness.py).
-    heartbeat_interval: float = 1.0
+    heartbeat_interval: float = 2.0
     #: Seconds without a heartbeat after which a process is dead and its messages restored.
-    liveness_window: float = 5.0
+    liveness_window: float = 6.0
     #: Most attempts a worker process runs at once that are not waiting on a receiver (the
     #: rest of its slots hold attempts waiting for an answer): the CPU-bound part of a
     #: delivery runs on this many threads at most, however many slots wait on slow receivers.
@@ -413,9 +413,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         broker_url=_broker_url(env, redis_url),
         visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0,
                                    maximum=WEEK),
-        heartbeat_interval=_number(env, "HOOKLINE_HEARTBEAT_INTERVAL", 1.0, minimum=0.05,
+        heartbeat_interval=_number(env, "HOOKLINE_HEARTBEAT_INTERVAL", 2.0, minimum=0.05,
                                    maximum=60.0),
-        liveness_window=_number(env, "HOOKLINE_LIVENESS_WINDOW", 5.0, minimum=0.2,
+        liveness_window=_number(env, "HOOKLINE_LIVENESS_WINDOW", 6.0, minimum=0.2,
                                 maximum=3600.0),
         runnable_attempts=_integer(env, "HOOKLINE_RUNNABLE_ATTEMPTS", 64, minimum=1,
                                    maximum=100_000),

@@ -135,14 +135,11 @@ if fair and ARGV[11] == '1' then
     known = known + 1
   end
 end
+-- Whether deliveries are known to wait (the caller then looks at all waiting endpoints in its
+-- next call); a consumer not told otherwise learns of others' from a 'w' doorbell token or
+-- from an endpoint's 'waiting' flag.
 local function any_waiting()
-  if not fair then
-    return '0'
-  end
-  if next(waiting) == nil then
-    return redis.call('SCARD', waiting_set) > 0 and '1' or '0'
-  end
-  return '1'
+  return (fair and next(waiting) ~= nil) and '1' or '0'
 end
 
 local function reply(kind, a, b)

@@ -1,5 +1,6 @@
 -- One heartbeat of a consuming process (hookline/liveness.py), and the declaration of the
--- processes that stopped beating: one round trip a second per process, on Redis time.
+-- processes that stopped beating: one round trip per process every HOOKLINE_HEARTBEAT_INTERVAL, on Redis
+-- time (about eight commands).
 -- KEYS[1]  hookline:workers:live   sorted set: registration token -> latest heartbeat (ms)
 -- KEYS[2]  hookline:workers:dead   sorted set: token declared dead -> when (ms); a token
 --                                  stays here until its messages are all restored
@@ -9,7 +10,7 @@
 --                                  heartbeats came back after a gap), declared, restored
 -- ARGV[1]  this process's token
 -- ARGV[2]  the liveness window, ms: a process whose latest heartbeat is older is dead
--- ARGV[3]  this process's slots
+-- ARGV[3]  this process's slots ('' when unchanged since its last beat)
 -- ARGV[4]  this process's description (JSON), written when it registers
 -- ARGV[5]  '1': register (the first beat of a token); '0': an ordinary beat
 -- ARGV[6]  most processes declared dead in one call
@@ -40,8 +41,8 @@ if ARGV[5] == '1' then
 elseif redis.call('ZADD', KEYS[1], 'XX', 'CH', now, token) == 0
     and not redis.call('ZSCORE', KEYS[1], token) then
   return {'fenced'}
-else
-  redis.call('HSET', KEYS[3], token, ARGV[3])  -- its slots may have changed (prefetch set)
+elseif ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[3], token, ARGV[3])  -- its slots changed (Celery set its prefetch)
 end
 if now - resumed >= window then
   local silent = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window, 'LIMIT', 0,
@@ -53,11 +54,12 @@ if now - resumed >= window then
     redis.call('HINCRBY', KEYS[5], 'declared', 1)
   end
 end
-local total = 0
+local total, live = 0, 0
 for _, slots in ipairs(redis.call('HVALS', KEYS[3])) do
   total = total + (tonumber(slots) or 0)
+  live = live + 1
 end
-local reply = {'ok', total, redis.call('ZCARD', KEYS[1])}
+local reply = {'ok', total, live}
 for _, dead in ipairs(redis.call('ZRANGE', KEYS[2], 0, tonumber(ARGV[6]) - 1)) do
   reply[#reply + 1] = dead
 end

@@ -43,7 +43,8 @@
 --          delivery; hookline/unacked.py)
 -- Returns  {held, transition, fenced}: held is 1 if this attempt still held its lease;
 --          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
---          else ''; fenced is 1 when the fence above refused the outcome (nothing written).
+--          else ''; fenced is 1 when a fence refused the outcome (nothing written): the
+--          record gone (above), or the lease now held by another attempt (below).
 -- The endpoint's in-flight count (admit.lua) goes down by one when the attempt held its
 -- lease (an attempt whose lease was taken over gave its count to the one that took it).
 -- Commands: the delivery record read with one GET and written with one SET; the endpoint's
@@ -70,6 +71,12 @@ end
 local transition = ''
 
 local state, rest = read_record(redis.call('GET', KEYS[2]))
+if state['t'] and state['t'] ~= ARGV[1] then
+  -- The fence on any broker: another attempt took this one's lease over (it ran out while
+  -- this worker was paused or cut off, and the message went to another worker): that
+  -- attempt's outcome is the one that counts. Nothing is written.
+  return {0, '', 1}
+end
 local held = 0
 if state['t'] == ARGV[1] then
   state['t'], state['lu'] = nil, nil
