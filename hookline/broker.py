@@ -294,7 +294,7 @@ class Channel(kombu_redis.Channel):
         slots = self.qos.prefetch_count or 1
         live = process_liveness(slots=slots)
         if live is not None:
-            live.add_reaper(self.qos.reap)
+            live.add_holder(self.qos)
             if slots > live.slots:  # Celery sets the prefetch limit after the first consume
                 live.slots = live.total_slots = slots
         return live

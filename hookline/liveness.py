@@ -38,9 +38,8 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hookline.core.logs import log_event
 from hookline.store.connection import load_script, redis_for
@@ -73,9 +72,25 @@ class Registration:
     generation: int
 
 
-#: Restores one dead process's messages: called with its token, returns how many it restored
-#: and how many are left (more than one call restores).
-Reaper = Callable[[str], tuple[int, int]]
+class Holder(Protocol):
+    """What holds this process's messages: a consuming channel's QoS (hookline/unacked.py)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def reap(self, owner: str) -> tuple[int, int]:
+        """Restore a dead process's messages: how many restored, how many left."""
+
+    def held_members(self) -> set[bytes]:
+        """The records of the messages it holds now."""
+
+    def restore_own(self, owner: str, held: set[bytes], older_than: float) -> int:
+        """Restore this process's records that none of its channels holds (left by a
+        channel closed while Redis was away): how many."""
+
+
+#: Beats between two looks for this process's own records that no channel holds any more.
+ORPHAN_EVERY = 30
 
 
 class Liveness:
@@ -99,7 +114,11 @@ class Liveness:
         self._beaten = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._reapers: list[Reaper] = []
+        self._holders: list[Holder] = []
+        self._beats = 0
+        #: A channel closed without putting its messages back (Redis was away): look for
+        #: this process's orphaned records at the next beat.
+        self.orphaned = False
         #: the latest beat's view: slots of all live processes, how many are live
         self.total_slots = slots
         self.live = 1
@@ -132,9 +151,12 @@ class Liveness:
                 self._beaten.wait(left)
         return True
 
-    def add_reaper(self, reaper: Reaper) -> None:
-        if reaper not in self._reapers:
-            self._reapers.append(reaper)
+    def add_holder(self, holder: Holder) -> None:
+        if holder not in self._holders:
+            self._holders = [*(h for h in self._holders if not h.closed), holder]
+
+    def _open_holders(self) -> list[Holder]:
+        return [holder for holder in self._holders if not holder.closed]
 
     # -- beating ---------------------------------------------------------------------------
 
@@ -191,6 +213,9 @@ class Liveness:
             self._beaten.notify_all()
         for dead in reply[3:]:
             self._reap(_text(dead))
+        self._beats += 1
+        if self.orphaned or self._beats % ORPHAN_EVERY == 0:
+            self._restore_orphans()
 
     def _fenced(self, old: Registration) -> None:
         """Declared dead while alive (paused past the window): the messages it held were
@@ -206,10 +231,10 @@ class Liveness:
         self.beat()
 
     def _reap(self, token: str) -> None:
-        restored = remaining = 0
-        for reaper in list(self._reapers):
-            done, left = reaper(token)
-            restored, remaining = restored + done, remaining + left
+        holders = self._open_holders()
+        if not holders:
+            return
+        restored, remaining = holders[-1].reap(token)  # any channel reaches the same Redis
         if not remaining:
             pipe = self.client.pipeline(transaction=False)
             pipe.zrem(WORKERS_DEAD_KEY, token).hdel(WORKERS_INFO_KEY, token)
@@ -221,6 +246,23 @@ class Liveness:
         if restored:
             log_event("worker.restored", level=logging.WARNING, dead=token, messages=restored,
                       by=self._registration.token)
+
+    def _restore_orphans(self) -> None:
+        """This process's records that none of its channels holds (a channel closed while
+        Redis was away could not put them back): restored, as a dead process's would be."""
+        holders = self._open_holders()
+        if not holders:
+            return
+        held: set[bytes] = set()
+        for holder in holders:
+            held |= holder.held_members()
+        restored = holders[-1].restore_own(self._registration.token, held, self.window)
+        self.orphaned = False
+        if restored:
+            self.client.hincrby(WORKERS_CLOCK_KEY, "restored", restored)
+            log_event("worker.restored", level=logging.WARNING, dead=self._registration.token,
+                      messages=restored, by=self._registration.token,
+                      detail="this worker's own, left by a channel closed while Redis was away")
 
     def _describe(self) -> str:
         return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),

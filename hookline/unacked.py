@@ -269,6 +269,27 @@ class QoS(kombu_redis.QoS):
         runnable = held - waiting_on_receivers()
         return max(0, min(pcount - held, settings().runnable_attempts - runnable))
 
+    @property
+    def closed(self) -> bool:
+        """The channel is closed (its connection gone): it restores nothing any more."""
+        connection = self.channel.connection
+        return connection is None or getattr(connection, "client", None) is None
+
+    def held_members(self) -> set[bytes]:
+        recorded = getattr(self.channel, "_recorded", {})
+        return {bytes(member) for member in [*self._members.values(), *recorded.values()]}
+
+    def restore_own(self, owner: str, held: set[bytes], older_than: float) -> int:
+        """Restore the records of ``owner`` (this process) older than ``older_than`` seconds
+        that no channel of this process holds (``held``)."""
+        head = f"{owner} ".encode()
+        restored = 0
+        with self.channel.conn_or_acquire() as client:
+            for member in client.zrangebyscore(self.records_key, 0, time() - older_than):
+                if bytes(member).startswith(head) and bytes(member) not in held:
+                    restored += self.restore_member(client, member)
+        return restored
+
     def reap(self, owner: str) -> tuple[int, int]:
         """Restore the messages a dead process (liveness token ``owner``) held, oldest taken
         first (each pushed back where it will be taken next, newest first), and release the
@@ -353,9 +374,15 @@ class QoS(kombu_redis.QoS):
         try:
             super().restore_unacked(client)
         except RedisError as exc:
-            logger.warning("broker.restore_deferred messages=%d error=%s: left to the "
-                           "visibility-timeout sweep", len(self._delivered), type(exc).__name__)
+            logger.warning("broker.restore_deferred messages=%d error=%s: restored by this "
+                           "worker's heartbeat once Redis is back (or, if it dies, by "
+                           "another's)", len(self._delivered), type(exc).__name__)
             self._delivered.clear()
+            from hookline.liveness import process_liveness
+
+            live = process_liveness(create=False)
+            if live is not None:
+                live.orphaned = True
         for tag in list(self._members):
             self._forget(tag)
 
