@@ -355,7 +355,8 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
     succeeds("endpoint", "disable", "crm")
     report = json_out("stats")
     assert set(report) == {"at", "endpoints", "paused", "queues", "schedule", "dead_letters",
-                           "breakers", "throttled"}
+                           "breakers", "throttled", "in_flight", "workers"}
+    assert set(report["workers"]) == {"live", "dead_restoring", "declared_dead", "restored"}
     assert abs(report["at"] - time.time()) < 5
     assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1, "paused": 0}
     assert report["paused"] == []
@@ -464,3 +465,27 @@ def test_stats_watch_stops_cleanly_on_ctrl_c(tmp_path) -> None:
             _, err = process.communicate(timeout=10)
     assert process.returncode == 0, err
     assert "Traceback" not in err
+
+
+def test_max_in_flight_is_set_shown_and_removed() -> None:
+    succeeds("endpoint", "add", "tiny", "--url", "https://tiny.example/", "--max-in-flight", "5")
+    shown = json_out("endpoint", "show", "tiny")
+    assert (shown["max_in_flight"], shown["in_flight"], shown["waiting"]) == (5, 0, 0)
+    assert re.search(r"^max in flight: +5$", succeeds("endpoint", "show", "tiny").stdout, re.M)
+    gate = Gate()
+    assert gate.admit("tiny", "e1", "t1").verdict == "admitted"
+    assert json_out("endpoint", "show", "tiny")["in_flight"] == 1
+    [busy] = json_out("stats")["in_flight"]
+    assert busy == {"endpoint_id": "tiny", "in_flight": 1, "waiting": 0, "max_in_flight": 5}
+    assert re.search(r"^  tiny: +1 in flight, 0 waiting \(cap 5\)$", succeeds("stats").stdout,
+                     re.M)
+    succeeds("endpoint", "update", "tiny", "--max-in-flight", "0")
+    assert json_out("endpoint", "show", "tiny")["max_in_flight"] is None
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many", "100001"])
+def test_a_bad_max_in_flight_is_refused_in_one_line(value: str) -> None:
+    result = fails("endpoint", "add", "tiny", "--url", "https://tiny.example/",
+                   "--max-in-flight", value, code=1 if value == "100001" else 2)
+    assert "max-in-flight" in result.output.replace("_", "-")
+    assert "Traceback" not in result.output
