@@ -47,7 +47,9 @@ receiver has answered; a part ends when all of its events are, or at its timeout
    ready. The receiver's largest in-flight count (target <= 5) and deliveries/s.
 
 Prints a markdown table (``| target | measured | met |``) and writes
-``bench/results/inflight.json`` (machine, options, per-part numbers, targets). HOOKLINE_*,
+``bench/results/inflight.json`` (machine, options, per-part numbers, targets), each part with
+the cores the machine's other processes used meanwhile (``bench.compare_meters.LoadMonitor``:
+a test run beside it shows there). HOOKLINE_*,
 CELERY_* and REDIS_URL of the calling shell are ignored. Everything it starts is stopped on
 the way out, Ctrl-C included; a part that fails is recorded with its error and the next runs.
 """
@@ -85,6 +87,7 @@ from bench.common import (
     run_bench,
     stop_process,
 )
+from bench.compare_meters import LoadMonitor
 from bench.inflight_receiver import InflightReceiver
 from bench.schedule_tools import hold_signals, memory
 
@@ -97,6 +100,7 @@ ISOLATION_SLOW_DELAY, SLOW_DELAY, RECOVERY_DELAY, CAP_DELAY = 2.0, 1.0, 3.0, 0.2
 RECOVERY_EVENTS, WARM_EVENTS, CAP, CAP_WORKERS = 64, 64, 5, 3
 #: The ``hookline`` console script's body.
 CLI = "import sys; from hookline.cli import main; sys.exit(main(prog_name='hookline'))"
+BUSY_NOTE = "above ~0.2 the numbers are disturbed (this machine has 2 cores)"
 TARGETS = {"isolation_ratio": 1.25, "slow_per_second": 400.0, "cap_in_flight": CAP}
 
 
@@ -463,11 +467,15 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         parts: dict[str, Any] = {}
         for name in options.parts:
             print(f"part {name}", flush=True)
+            monitor = LoadMonitor()  # the CPU that other processes of the machine took
             try:
                 parts[name] = MEASURES[name](bench)
             except Exception as exc:  # recorded; the other parts still run
                 traceback.print_exc()
                 parts[name] = {"error": f"{type(exc).__name__}: {exc}"[:4000]}
+            finally:
+                others = monitor.stop()
+            parts[name]["others_cpu"] = others
             print(f"  {parts[name]}", flush=True)
         info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         settings = {key: str(value) if isinstance(value, Path) else value
@@ -574,6 +582,11 @@ def report(result: dict[str, Any]) -> str:
     for row in result["targets"]:
         measured = str(row["measured"]).replace("|", "/").replace("\n", " ")
         lines.append(f"| {row['target']} | {measured} | {verdict[row['met']]} |")
+    others = [f"{name} {part['others_cpu']['other_cores_mean']} "
+              f"({part['others_cpu']['other_cores_peak_2s']})"
+              for name, part in result["parts"].items()]
+    lines += ["", "Cores other processes of the machine used meanwhile, mean (busiest 2 s): "
+              + ", ".join(others) + f"; {BUSY_NOTE}"]
     return "\n".join(lines)
 
 
