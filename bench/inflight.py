@@ -468,6 +468,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         for name in options.parts:
             print(f"part {name}", flush=True)
             monitor = LoadMonitor()  # the CPU that other processes of the machine took
+            own, wall = os.times(), time.monotonic()
             try:
                 parts[name] = MEASURES[name](bench)
             except Exception as exc:  # recorded; the other parts still run
@@ -475,7 +476,12 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 parts[name] = {"error": f"{type(exc).__name__}: {exc}"[:4000]}
             finally:
                 others = monitor.stop()
+            spent = os.times()
             parts[name]["others_cpu"] = others
+            # This process's share: the receiver's threads and the polling (a bound if ~1).
+            parts[name]["bench_process_cores"] = round(
+                (spent.user + spent.system - own.user - own.system)
+                / (time.monotonic() - wall), 2)
             print(f"  {parts[name]}", flush=True)
         info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
         settings = {key: str(value) if isinstance(value, Path) else value
@@ -585,8 +591,10 @@ def report(result: dict[str, Any]) -> str:
     others = [f"{name} {part['others_cpu']['other_cores_mean']} "
               f"({part['others_cpu']['other_cores_peak_2s']})"
               for name, part in result["parts"].items()]
+    own = [f"{name} {part['bench_process_cores']}" for name, part in result["parts"].items()]
     lines += ["", "Cores other processes of the machine used meanwhile, mean (busiest 2 s): "
-              + ", ".join(others) + f"; {BUSY_NOTE}"]
+              + ", ".join(others) + f"; {BUSY_NOTE}. This process (receiver, publisher, "
+              "polling): " + ", ".join(own) + " cores."]
     return "\n".join(lines)
 
 

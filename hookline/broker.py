@@ -198,7 +198,7 @@ class Channel(kombu_redis.Channel):
             config = settings()
             live = self._liveness()
             if live is not None and not live.fresh():
-                # Paused past half the liveness window (or not yet registered): this process
+                # Paused past most of the liveness window (or not registered): this process
                 # may have been declared dead. Take nothing until a heartbeat says where it
                 # stands (a short wait on the doorbells instead).
                 self._waiting, self._stale = True, True

@@ -129,10 +129,11 @@ class Liveness:
         return self._registration
 
     def fresh(self) -> bool:
-        """Whether this process's latest beat was accepted within half a window: it cannot
-        have been declared dead since (a paused process, just resumed, is not fresh until its
-        next beat tells it where it stands)."""
-        return self._beat_at > 0 and time.monotonic() - self._beat_at < self.window / 2
+        """Whether this process's latest beat was accepted within three quarters of a window:
+        it cannot have been declared dead since (a paused process, just resumed, is not fresh
+        until its next beat tells it where it stands). A beat late by a second or so (a busy
+        interpreter) leaves it fresh."""
+        return self._beat_at > 0 and time.monotonic() - self._beat_at < self.window * 0.75
 
     def wait_fresh(self, timeout: float) -> bool:
         """Block (up to ``timeout`` seconds) until :meth:`fresh`; beats now if the thread is

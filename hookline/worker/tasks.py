@@ -154,7 +154,7 @@ def attempt_token() -> str:
 
 def _still_ours(tag: str, member: bytes) -> bool:
     """Whether this process may attempt the message of ``member``: it was taken under the
-    current liveness registration. A process just back from a pause longer than half the
+    current liveness registration. A process just back from a pause longer than most of the
     liveness window first waits for its heartbeat to say where it stands."""
     live = process_liveness(create=False)
     if live is not None and not live.fresh():
