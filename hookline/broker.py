@@ -55,6 +55,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from hookline.core import metrics
 from hookline.core.config import settings
 from hookline.core.logs import log_event
+from hookline.core.messages import QUEUES
 from hookline.delivery.retries import dead_letter_text
 from hookline.liveness import Liveness, process_liveness
 from hookline.store.connection import load_script, ring
@@ -73,6 +74,7 @@ _CONSUME = load_script("consume")
 _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
 
 
+_HOOKLINE_QUEUES = frozenset(QUEUES)
 #: The doorbell token settle.lua pushes when an endpoint with waiting deliveries finished an
 #: attempt: the consumer woken by it looks at every endpoint's waiting deliveries.
 FAIR_TOKEN = b"w"
@@ -289,8 +291,8 @@ class Channel(kombu_redis.Channel):
         """This process's heartbeat (registered on its first consume), with this channel's
         reaper; None with a ``global_keyprefix`` (kombu's own records, restored by the
         visibility timeout)."""
-        if self.global_keyprefix:
-            return None
+        if self.global_keyprefix or not _HOOKLINE_QUEUES.intersection(self.active_queues):
+            return None  # (a `celery inspect` waiting for replies is no worker)
         slots = self.qos.prefetch_count or 1
         live = process_liveness(slots=slots)
         if live is not None:
