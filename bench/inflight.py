@@ -1,8 +1,8 @@
 """Issue 23's targets for attempts in flight: a slow endpoint's isolation, throughput against a
 slow receiver, recovery after a worker's SIGKILL, and a per-endpoint in-flight cap.
 
-    python -m bench.inflight [--quick] [--parts isolation,slow,recovery,cap] [--out PATH]
-                             [--rounds N] [--recovery-timeout SECONDS]
+    python -m bench.inflight [--quick] [--parts isolation,slow,candidates,recovery,cap]
+                             [--out PATH] [--rounds N] [--recovery-timeout SECONDS]
 
 Every worker under test is started the README way, ``celery -A hookline.worker worker -n
 NAME@%h``, with nothing else on its command line: Celery's and Hookline's default pool,
@@ -32,7 +32,23 @@ receiver has answered; a part ends when all of its events are, or at its timeout
    overall (from its ready to the last delivery); its peak RSS (VmHWM, pool children
    included), largest sampled RSS and threads (every 0.2 s), the receiver's largest
    in-flight count and RSS per in-flight attempt = (peak - idle) / that count.
-3. **recovery**: receiver answering after 3 s. Worker A alone; 64 events; once the receiver
+3. **candidates**: the concurrency settings one worker process could have, side by side in
+   one run, each against a receiver answering at once (0 ms) and one answering after 1 s:
+   ``threads-64`` (``CELERY_WORKER_CONCURRENCY=64``, the old default), ``threads-512-unbounded``
+   (``CELERY_WORKER_CONCURRENCY=512 HOOKLINE_RUNNABLE_ATTEMPTS=512``: no bound on runnable
+   attempts), ``threads-512`` (no override: the default, 512 slots and at most 64 runnable
+   attempts) and ``gevent-500`` (``CELERY_WORKER_POOL=gevent CELERY_WORKER_CONCURRENCY=500``;
+   skipped, with the reason, when the worker's Python cannot import gevent). Set in the
+   worker's environment, so the default worker's command line is the one measured. Per
+   candidate and receiver: a fresh Redis, 3,000 events (``--quick`` 1,500) queued before the
+   worker starts; from its ready to the last delivery, deliveries/s overall and steady (the
+   middle 80%), its CPU seconds per delivery (/proc/PID/stat utime + stime, at ready and at
+   the end), peak RSS (VmHWM) and largest thread count, the receiver's largest in-flight
+   count; against the 1 s receiver also an idle worker's RSS first (as **slow** does: a
+   worker of that candidate after 64 deliveries, stopped) and RSS per in-flight attempt =
+   (peak - idle) / that count. All candidates in turn, ``--rounds`` times (2, ``--quick``
+   1), the order reversed every other round; per candidate the median of its rounds.
+4. **recovery**: receiver answering after 3 s. Worker A alone; 64 events; once the receiver
    has 64 requests in flight, worker B is started and waited for (ready), then A's process
    group is SIGKILLed (its main process, and any pool children) at T. The answers to A's
    requests are held until T (else B's start-up, a few seconds, could outlast the 3 s and A
@@ -41,12 +57,13 @@ receiver has answered; a part ends when all of its events are, or at its timeout
    delivered by then, and the receiver's duplicates (webhook-ids requested more than once):
    whether each is one that had reached the receiver before T (A's attempt cut off by the
    kill), and any requested twice after T.
-4. **cap**: an endpoint registered with ``hookline endpoint add cap --url URL --max-in-flight
+5. **cap**: an endpoint registered with ``hookline endpoint add cap --url URL --max-in-flight
    5`` (skipped, with the CLI's message, when the CLI refuses the option); three workers;
    receiver answering after 200 ms; 300 events (``--quick`` 150) published once all three are
    ready. The receiver's largest in-flight count (target <= 5) and deliveries/s.
 
-Prints a markdown table (``| target | measured | met |``) and writes
+Prints a markdown table (``| target | measured | met |``; **candidates** adds its own) and
+writes
 ``bench/results/inflight.json`` (machine, options, per-part numbers, targets), each part with
 the cores the machine's other processes used meanwhile (``bench.compare_meters.LoadMonitor``:
 a test run beside it shows there). HOOKLINE_*,
@@ -61,6 +78,7 @@ import contextlib
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,7 +110,7 @@ from bench.inflight_receiver import InflightReceiver
 from bench.schedule_tools import hold_signals, memory
 
 RESULTS = Path(__file__).resolve().parent / "results" / "inflight.json"
-PARTS = ("isolation", "slow", "recovery", "cap")
+PARTS = ("isolation", "slow", "candidates", "recovery", "cap")
 EVENT_TYPE = "order.paid"
 #: How often the delivery records of answered events are read.
 POLL = 0.05
@@ -260,9 +278,12 @@ class Bench:
         configure()
         return server, client
 
-    def worker(self, stack: ExitStack, server: RedisServer, name: str) -> DefaultWorker:
+    def worker(self, stack: ExitStack, server: RedisServer, name: str,
+               env: dict[str, str] | None = None) -> DefaultWorker:
+        """A worker on ``server``, ``env`` added to its environment."""
         worker = DefaultWorker({"REDIS_URL": server.url,
-                                "HOOKLINE_DLQ_SPOOL": str(self.workdir / f"spool-{name}.jsonl")},
+                                "HOOKLINE_DLQ_SPOOL": str(self.workdir / f"spool-{name}.jsonl"),
+                                **(env or {})},
                                self.workdir / f"worker-{name}.log", name)
         stack.callback(worker.stop)
         return worker
@@ -329,14 +350,15 @@ def isolation(bench: Bench) -> dict[str, Any]:
                       "the worker's ready to fast's last delivery; slow's not waited for"}
 
 
-def _idle_worker(bench: Bench, part: ExitStack, server: RedisServer,
-                 client: redis.Redis) -> dict[str, Any]:
-    """A worker after ``WARM_EVENTS`` deliveries to ``slow`` (its connections and threads
-    open), idle: its RSS and threads; then its warm shutdown."""
-    worker = bench.worker(part, server, "slow-warm")
+def _idle_worker(bench: Bench, part: ExitStack, server: RedisServer, client: redis.Redis,
+                 endpoint: str = "slow", env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A worker (``env`` in its environment) after ``WARM_EVENTS`` deliveries to ``endpoint``
+    (its route of the same name; its connections and threads open), idle: its RSS and
+    threads; then its warm shutdown."""
+    worker = bench.worker(part, server, f"{endpoint}-warm", env)
     worker.wait_ready()
-    warm = Completions(client, bench.receiver, "slow", "slow",
-                       publish("slow", "warm", WARM_EVENTS))
+    warm = Completions(client, bench.receiver, endpoint, endpoint,
+                       publish(endpoint, f"{endpoint}-warm", WARM_EVENTS))
     if not warm.wait(60, worker.check_alive):
         raise TimeoutError(f"warm-up: {len(warm.at)} of {WARM_EVENTS} delivered in 60 s")
     pid = worker.process.pid
