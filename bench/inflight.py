@@ -76,6 +76,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import socket
 import statistics
@@ -400,6 +401,287 @@ def slow(bench: Bench) -> dict[str, Any]:
                       "its ready; steady = the middle 80% of the deliveries"}
 
 
+# -- candidates: one worker process's concurrency settings, side by side ----------------------
+
+#: The receivers' delays, and their names in the results.
+CANDIDATE_DELAYS = {"0ms": 0.0, "1s": 1.0}
+
+
+@dataclass
+class Candidate:
+    """A concurrency setting: what it adds to the worker's environment, and why it is here."""
+
+    name: str
+    env: dict[str, str]
+    note: str
+
+
+CANDIDATES = (
+    Candidate("threads-64", {"CELERY_WORKER_CONCURRENCY": "64"}, "the old default"),
+    Candidate("threads-512-unbounded",
+              {"CELERY_WORKER_CONCURRENCY": "512", "HOOKLINE_RUNNABLE_ATTEMPTS": "512"},
+              "512 slots, no bound on runnable attempts"),
+    Candidate("threads-512", {},
+              "the default (hookline/celeryconfig.py): 512 slots, HOOKLINE_RUNNABLE_ATTEMPTS 64"),
+    Candidate("gevent-500", {"CELERY_WORKER_POOL": "gevent", "CELERY_WORKER_CONCURRENCY": "500"},
+              "gevent pool, chosen in the configuration only: Celery monkey-patches only for "
+              "-P/--pool on the command line (celery.maybe_patch_concurrency)"),
+)
+
+
+def candidate_unavailable(candidate: Candidate) -> str | None:
+    """Why the worker's Python cannot run ``candidate``'s pool, or None."""
+    pool = candidate.env.get("CELERY_WORKER_POOL", "threads")
+    if pool not in ("gevent", "eventlet"):
+        return None
+    probe = subprocess.run([sys.executable, "-c", f"import {pool}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60, start_new_session=True)
+    if probe.returncode == 0:
+        return None
+    error = (probe.stderr or probe.stdout).strip().splitlines()
+    return (f"{sys.executable} -c 'import {pool}' failed"
+            + (f": {error[-1]}" if error else f" ({probe.returncode})") + "; not installed here")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads) and its live children, from
+    /proc/PID/stat (utime and stime, fields 14 and 15)."""
+    import psutil
+
+    pids = [pid]
+    with contextlib.suppress(psutil.Error):
+        pids += [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    ticks = 0
+    for each in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            # After the command's ")": field 3 (state) onwards.
+            fields = Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+#: A worker's log line at WARNING or above: its level and message.
+LOG_WARNING = re.compile(r"^\[[^\]]*: (WARNING|ERROR|CRITICAL)/[^\]]*\] (.*)$")
+UUID = re.compile(r"\[[0-9a-f-]{36}\]")
+
+
+def log_warnings(path: Path, most: int = 5) -> dict[str, int]:
+    """The ``most`` commonest warnings (and worse) of a worker's log: a structured event's
+    name (and its ``error=``), else the message with task ids left out and cut short."""
+    seen: Counter[str] = Counter()
+    with contextlib.suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            found = LOG_WARNING.match(line)
+            if found is None:
+                continue
+            level, message = found.groups()
+            first, _, rest = message.partition(" ")
+            if " " not in first and "." in first and "=" in rest:  # event key=value ...
+                error = re.search(r"\berror=(\S+)", rest)
+                key = first + (f" error={error.group(1)}" if error else "")
+            else:
+                key = UUID.sub("[id]", message)[:100]
+            seen[f"{level} {key}"] += 1
+    return dict(seen.most_common(most))
+
+
+def _candidate_run(bench: Bench, candidate: Candidate, receiver_name: str,
+                   number: int) -> dict[str, Any]:
+    """``candidate`` against the receiver ``receiver_name``: events queued, a fresh worker
+    (after, for a slow receiver, an idle one's RSS and threads), measured from its ready."""
+    delay, receiver = CANDIDATE_DELAYS[receiver_name], bench.receiver
+    count = bench.options.candidate_events[receiver_name]
+    label = f"cand{number}-{candidate.name}-{receiver_name}"
+    monitor = LoadMonitor()
+    try:
+        with ExitStack() as part:
+            server, client = bench.fresh_redis(part, label)
+            bench.endpoint(client, label, label, delay)
+            idle = _idle_worker(bench, part, server, client, label, candidate.env) if delay \
+                else {}
+            receiver.reset_most(label)
+            done = Completions(client, receiver, label, label, publish(label, label, count))
+            worker = bench.worker(part, server, label, candidate.env)
+            pid = worker.process.pid
+            sampler = ProcessSampler(pid)
+            ready = worker.wait_ready()
+            cpu_start = cpu_seconds(pid)
+            timeout = 60 + count * (delay / 20 + 0.1)
+            finished = done.wait(timeout, worker.check_alive)
+            cpu = cpu_seconds(pid) - cpu_start
+            sampled = sampler.stop()
+            peak = memory(pid)["peak_mb"]
+            snap = receiver.snapshot(label)
+            warnings = log_warnings(worker.log_path)
+    finally:
+        others = monitor.stop()
+    most, delivered = snap.most_in_flight, len(done.at)
+    result: dict[str, Any] = {
+        "candidate": candidate.name, "receiver": receiver_name, "delay_seconds": delay,
+        "round": number + 1, "events": count, "timeout_seconds": timeout,
+        "delivered": delivered, "startup_seconds": round(ready - worker.started, 2),
+        "seconds": round(done.last - ready, 2) if finished else None,
+        "per_second": round(count / (done.last - ready), 1) if finished else None,
+        "steady_per_second": done.steady_rate(),
+        "cpu_seconds": round(cpu, 2),
+        "cpu_ms_per_delivery": round(cpu * 1000 / delivered, 3) if delivered else None,
+        "receiver_most_in_flight": most, **idle, **sampled, "rss_peak_mb": peak,
+        "duplicates": sum(1 for wid, n in snap.requests.items()
+                          if n > 1 and not wid.startswith(f"{label}-warm")),
+        "worker_warnings": warnings, "others_cpu": others}
+    if delay:
+        result["rss_per_in_flight_kb"] = (round((peak - idle["rss_idle_mb"]) * 1024 / most, 1)
+                                          if most else None)
+    return result
+
+
+#: Per candidate and receiver, the medians reported.
+CANDIDATE_MEASURES = ("per_second", "steady_per_second", "seconds", "cpu_ms_per_delivery",
+                      "rss_peak_mb", "rss_max_mb", "threads_max", "receiver_most_in_flight",
+                      "rss_idle_mb", "threads_idle", "rss_per_in_flight_kb")
+
+
+def _median(values: list[Any]) -> float | None:
+    known = [value for value in values if value is not None]
+    return round(statistics.median(known), 3) if known else None
+
+
+def candidates(bench: Bench) -> dict[str, Any]:
+    """Every available candidate against each receiver, in turn, ``--rounds`` times (the
+    order reversed every other round: the machine's speed drifts); medians per candidate."""
+    skipped = {c.name: reason for c in CANDIDATES
+               if (reason := candidate_unavailable(c)) is not None}
+    runnable = [c for c in CANDIDATES if c.name not in skipped]
+    runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in runnable}
+    for number in range(bench.options.rounds):
+        order = runnable if number % 2 == 0 else runnable[::-1]
+        receivers = list(CANDIDATE_DELAYS) if number % 2 == 0 else list(CANDIDATE_DELAYS)[::-1]
+        for candidate in order:
+            for receiver_name in receivers:
+                try:
+                    measured = _candidate_run(bench, candidate, receiver_name, number)
+                except Exception as exc:  # recorded; the other runs still go on
+                    traceback.print_exc()
+                    measured = {"candidate": candidate.name, "receiver": receiver_name,
+                                "round": number + 1,
+                                "error": f"{type(exc).__name__}: {exc}"[:2000]}
+                runs[candidate.name].append(measured)
+                print(f"  round {number + 1}: {candidate.name} at {receiver_name}: "
+                      + _run_summary(measured), flush=True)
+    results: dict[str, Any] = {}
+    for candidate in CANDIDATES:
+        entry: dict[str, Any] = {"env": candidate.env, "note": candidate.note}
+        if candidate.name in skipped:
+            results[candidate.name] = {**entry, "skipped": True,
+                                       "reason": skipped[candidate.name]}
+            continue
+        mine = runs[candidate.name]
+        medians = {}
+        for receiver_name in CANDIDATE_DELAYS:
+            done = [r for r in mine if r["receiver"] == receiver_name and "error" not in r]
+            medians[receiver_name] = {key: _median([r.get(key) for r in done])
+                                      for key in CANDIDATE_MEASURES if
+                                      any(key in r for r in done)}
+            medians[receiver_name]["rounds_measured"] = len(done)
+        results[candidate.name] = {**entry, "skipped": False, "median": medians,
+                                   "errors": [r["error"] for r in mine if "error" in r],
+                                   "runs": mine}
+    return {"events": dict(bench.options.candidate_events),
+            "delays_seconds": CANDIDATE_DELAYS, "rounds": bench.options.rounds,
+            "candidates": results, "table": _candidate_table(results),
+            "method": "per candidate and receiver a fresh Redis and every event queued before "
+                      "a fresh worker starts (its concurrency set in its environment); clock "
+                      "from its ready to the last delivery (done markers); steady = the "
+                      "middle 80% of the deliveries; CPU = the worker's utime + stime from "
+                      "its ready to the end over the deliveries; idle RSS (1 s only): a "
+                      "worker of the candidate after 64 deliveries, then stopped; KB per "
+                      "in-flight = (peak RSS - idle) / the receiver's largest in-flight "
+                      "count; candidates in turn, the order reversed every other round; "
+                      "medians of the rounds"}
+
+
+def _run_summary(measured: dict[str, Any]) -> str:
+    if "error" in measured:
+        return f"error {measured['error'][:200]}"
+    return (f"{measured['per_second']}/s (steady {measured['steady_per_second']}), "
+            f"{measured['cpu_ms_per_delivery']} CPU ms/delivery, peak "
+            f"{measured['rss_peak_mb']} MB, {measured['threads_max']} threads, "
+            f"{measured['receiver_most_in_flight']} in flight, other processes "
+            f"{measured['others_cpu']['other_cores_mean']} cores")
+
+
+def _candidate_table(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per candidate: the medians the report's table shows."""
+    rows = []
+    for name, entry in results.items():
+        if entry["skipped"]:
+            rows.append({"candidate": name, "skipped": entry["reason"]})
+            continue
+        fast, late = entry["median"]["0ms"], entry["median"]["1s"]
+        rows.append({"candidate": name,
+                     "per_second_0ms": fast.get("per_second"),
+                     "steady_per_second_0ms": fast.get("steady_per_second"),
+                     "per_second_1s": late.get("per_second"),
+                     "steady_per_second_1s": late.get("steady_per_second"),
+                     "cpu_ms_per_delivery_0ms": fast.get("cpu_ms_per_delivery"),
+                     "rss_peak_mb_1s": late.get("rss_peak_mb"),
+                     "rss_per_in_flight_kb_1s": late.get("rss_per_in_flight_kb"),
+                     "threads_max_1s": late.get("threads_max"),
+                     "receiver_most_in_flight_1s": late.get("receiver_most_in_flight"),
+                     "errors": len(entry["errors"])})
+    return rows
+
+
+def candidates_table(part: dict[str, Any]) -> str:
+    """The candidates' markdown table."""
+    def rate(overall: Any, steady: Any) -> str:
+        return "-" if overall is None else f"{overall:g} ({steady:g})" if steady is not None \
+            else f"{overall:g}"
+
+    def value(number: Any) -> str:
+        return "-" if number is None else f"{number:g}"
+
+    lines = ["| candidate | 0 ms/s | 1 s/s | CPU ms/delivery at 0 ms | peak RSS MB (1 s) "
+             "| KB per in-flight | threads (1 s) |", "|---|---|---|---|---|---|---|"]
+    for row in part["table"]:
+        if "skipped" in row:
+            lines.append(f"| {row['candidate']} | skipped: "
+                         f"{row['skipped'].replace('|', '/')} | | | | | |")
+            continue
+        errors = f" ({row['errors']} runs failed)" if row["errors"] else ""
+        lines.append(f"| {row['candidate']}{errors} "
+                     f"| {rate(row['per_second_0ms'], row['steady_per_second_0ms'])} "
+                     f"| {rate(row['per_second_1s'], row['steady_per_second_1s'])} "
+                     f"| {value(row['cpu_ms_per_delivery_0ms'])} "
+                     f"| {value(row['rss_peak_mb_1s'])} "
+                     f"| {value(row['rss_per_in_flight_kb_1s'])} "
+                     f"| {value(row['threads_max_1s'])} |")
+    events = part["events"]
+    lines += ["", f"Medians of {part['rounds']} round(s); {events['0ms']:,} events at 0 ms, "
+              f"{events['1s']:,} at 1 s, one worker process; deliveries/s overall (steady: the "
+              "middle 80%), from the worker's ready to the last delivery."]
+    notes = [note for entry in part["candidates"].values() for run in entry.get("runs", [])
+             if (note := _run_note(run))]
+    if notes:
+        lines += ["", "Runs with errors, duplicates or worker warnings:", "",
+                  *(f"- {note}" for note in notes)]
+    return "\n".join(lines)
+
+
+def _run_note(run: dict[str, Any]) -> str:
+    """What went wrong in one run, or ""."""
+    where = f"{run['candidate']} at {run['receiver']}, round {run['round']}"
+    if "error" in run:
+        return f"{where}: error {run['error'][:300]}"
+    said = [f"{run['duplicates']} webhook-ids requested more than once"] \
+        if run["duplicates"] else []
+    said += [f"{count} x {text}" for text, count in run["worker_warnings"].items()]
+    if not said:
+        return ""
+    return (f"{where} ({run['per_second']}/s, {run['cpu_ms_per_delivery']} CPU ms/delivery): "
+            + "; ".join(said)).replace("|", "/")
+
+
 def recovery(bench: Bench) -> dict[str, Any]:
     receiver, timeout = bench.receiver, bench.options.recovery_timeout
     with ExitStack() as part:
@@ -473,7 +755,8 @@ def cap(bench: Bench) -> dict[str, Any]:
 
 
 MEASURES: dict[str, Callable[[Bench], dict[str, Any]]] = {
-    "isolation": isolation, "slow": slow, "recovery": recovery, "cap": cap}
+    "isolation": isolation, "slow": slow, "candidates": candidates, "recovery": recovery,
+    "cap": cap}
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
@@ -582,9 +865,19 @@ def _cap_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
                  f"{part['ideal_per_second']:g}/s)", rate, None)]
 
 
+def _candidates_rows(part: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = part["table"]
+    measured = [row for row in rows if "skipped" not in row]
+    failed = sum(row["errors"] for row in measured)
+    skipped = [row["candidate"] for row in rows if "skipped" in row]
+    return [_row("candidates: one worker's concurrency settings at 0 ms and 1 s (reported)",
+                 f"{len(measured)} measured ({failed} runs failed), skipped: "
+                 f"{', '.join(skipped) or 'none'}; table below", None)]
+
+
 ROWS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
-    "isolation": _isolation_rows, "slow": _slow_rows, "recovery": _recovery_rows,
-    "cap": _cap_rows}
+    "isolation": _isolation_rows, "slow": _slow_rows, "candidates": _candidates_rows,
+    "recovery": _recovery_rows, "cap": _cap_rows}
 
 
 def finish(result: dict[str, Any]) -> None:
@@ -617,6 +910,9 @@ def report(result: dict[str, Any]) -> str:
     lines += ["", "Cores other processes of the machine used meanwhile, mean (busiest 2 s): "
               + ", ".join(others) + f"; {BUSY_NOTE}. This process (receiver, publisher, "
               "polling): " + ", ".join(own) + " cores."]
+    part = result["parts"].get("candidates", {})
+    if "table" in part:
+        lines += ["", "Candidates:", "", candidates_table(part)]
     return "\n".join(lines)
 
 
@@ -632,13 +928,14 @@ def parse_parts(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="500 isolation events, 2,000 slow, 150 capped, recovery "
-                        "timeout 60 s")
+                        help="500 isolation events, 2,000 slow, 1,500 per candidate and "
+                        "receiver, 150 capped, recovery timeout 60 s")
     parser.add_argument("--parts", type=parse_parts, default=list(PARTS),
                         help=f"comma-separated, in the order to run (default "
                         f"{','.join(PARTS)})")
     parser.add_argument("--rounds", type=int,
-                        help="rounds of isolation's (a) and (b), in turn (2; --quick 1)")
+                        help="rounds of isolation's (a) and (b), in turn, and of the "
+                        "candidates (2; --quick 1)")
     parser.add_argument("--recovery-timeout", type=float, metavar="SECONDS",
                         help="how long to wait for recovery's events after the kill "
                         "(420; --quick 60)")
@@ -648,6 +945,7 @@ def main(argv: list[str] | None = None) -> int:
     options.isolation_events = 500 if quick else 1000
     options.slow_events = 2000 if quick else 4000
     options.cap_events = 150 if quick else 300
+    options.candidate_events = {name: 1500 if quick else 3000 for name in CANDIDATE_DELAYS}
     if options.recovery_timeout is None:
         options.recovery_timeout = 60.0 if quick else 420.0
     if options.rounds is None:

@@ -17,6 +17,7 @@ from hookline import compat
 from hookline.core import sentinel
 from hookline.core.config import Settings, broker_is_amqp, settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
+from hookline.store.connection import MAX_CONNECTIONS
 
 
 def hookline_queues(config: Settings) -> tuple[Queue, ...]:
@@ -43,6 +44,9 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         # The lock a worker holds while it restores such messages: a worker killed while
         # holding it would stop every restore for kombu's default 300 s. A sweep takes ms.
         "unacked_mutex_expire": 10,
+        # kombu's pool of the acknowledging and publishing connections (its default is 10):
+        # a worker's 512 slots may all acknowledge at once (hookline/store/connection.py).
+        "max_connections": MAX_CONNECTIONS,
     }
     values: dict[str, Any] = {
         "broker_url": config.broker_url,
@@ -174,9 +178,10 @@ broker_connection_retry_on_startup = True
 # against a receiver answering after 1 s). The CPU-bound part is bounded apart from the slots:
 # the consumer takes a new message only while fewer than HOOKLINE_RUNNABLE_ATTEMPTS (64) of
 # those it holds are not waiting on a receiver (hookline/unacked.py, QoS.can_consume), so
-# against fast receivers at most ~64 threads run, as before, and the rest of the pool is never
-# started (Python's thread pool starts threads as they are needed). A thread waiting on a
-# receiver costs its stack's touched pages (measured in docs: bench.inflight). Celery's time
+# against fast receivers at most ~64 threads run at once, as before. Python's thread pool
+# starts a thread when a task finds none idle and keeps it: a burst (a receiver stalling for
+# a moment) can start all 512, which then wait idle, costing their stacks' touched pages and no
+# CPU (measured in docs/workers.md: bench.inflight). Celery's time
 # limits are not enforced under threads: the HTTP client's connect and read timeouts bound
 # every attempt instead.
 worker_pool = os.environ.get("CELERY_WORKER_POOL", "threads")

@@ -23,6 +23,12 @@ from hookline.store.keys import doorbell_key
 _lock = threading.Lock()
 _client: tuple[int, str, redis.Redis] | None = None
 
+#: Most connections one process's client opens to Hookline's Redis (and, as kombu's
+#: ``max_connections``, to a Redis broker): redis-py's default (100) and kombu's (10) fail
+#: with "Too many connections" when the 512 attempts of a worker waiting on slow receivers get
+#: their answers at once and all settle together. Connections are opened only as needed.
+MAX_CONNECTIONS = 4096
+
 #: Most wake-up tokens one ring pushes: more than there are idle consumers wakes nobody more.
 RING_MAX = 64
 
@@ -130,6 +136,7 @@ def client() -> redis.Redis:
                 url,
                 redis_for(
                     url,
+                    max_connections=MAX_CONNECTIONS,
                     health_check_interval=30,
                     socket_connect_timeout=5,
                     socket_timeout=10,
