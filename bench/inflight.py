@@ -109,6 +109,7 @@ from bench.common import (
 from bench.compare_meters import LoadMonitor
 from bench.inflight_receiver import InflightReceiver
 from bench.schedule_tools import hold_signals, memory
+from hookline.liveness import registry
 
 RESULTS = Path(__file__).resolve().parent / "results" / "inflight.json"
 PARTS = ("isolation", "slow", "candidates", "recovery", "cap")
@@ -386,6 +387,7 @@ def slow(bench: Bench) -> dict[str, Any]:
         sampled = sampler.stop()
         peak = memory(worker.process.pid)["peak_mb"]
         route = receiver.snapshot("slow")
+        declared = registry(client)["declared_dead"]
     most = route.most_in_flight
     return {"events": count, "delay_seconds": SLOW_DELAY, "timeout_seconds": timeout,
             "delivered": len(done.at),
@@ -396,6 +398,7 @@ def slow(bench: Bench) -> dict[str, Any]:
             "rss_per_in_flight_kb": round((peak - idle["rss_idle_mb"]) * 1024 / most, 1)
             if most else None,
             "duplicates": sum(1 for n in route.requests.values() if n > 1),
+            "declared_dead": declared,
             "method": "idle RSS and threads: a worker after 64 deliveries, then stopped; "
                       "the run: a fresh worker started with every event queued, clock from "
                       "its ready; steady = the middle 80% of the deliveries"}
@@ -513,6 +516,7 @@ def _candidate_run(bench: Bench, candidate: Candidate, receiver_name: str,
             peak = memory(pid)["peak_mb"]
             snap = receiver.snapshot(label)
             warnings = log_warnings(worker.log_path)
+            declared = registry(client)["declared_dead"]
     finally:
         others = monitor.stop()
     most, delivered = snap.most_in_flight, len(done.at)
@@ -528,7 +532,9 @@ def _candidate_run(bench: Bench, candidate: Candidate, receiver_name: str,
         "receiver_most_in_flight": most, **idle, **sampled, "rss_peak_mb": peak,
         "duplicates": sum(1 for wid, n in snap.requests.items()
                           if n > 1 and not wid.startswith(f"{label}-warm")),
-        "worker_warnings": warnings, "others_cpu": others}
+        "worker_warnings": warnings, "others_cpu": others,
+        # a busy worker taken for dead would show here (it must stay 0)
+        "declared_dead": declared}
     if delay:
         result["rss_per_in_flight_kb"] = (round((peak - idle["rss_idle_mb"]) * 1024 / most, 1)
                                           if most else None)

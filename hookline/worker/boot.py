@@ -25,6 +25,7 @@ from hookline import compat
 from hookline.core.config import settings
 from hookline.core.logs import configure_worker_logging, log_event
 from hookline.core.messages import RETRY_QUEUE
+from hookline.liveness import stop_process_liveness
 from hookline.worker.celery import app
 
 
@@ -137,6 +138,9 @@ def _serve_metrics(sender: Any = None, **_: object) -> None:
 def _stop(sender: Any = None, **_: object) -> None:
     if not _ours(sender):
         return
+    # Leave the registry of live workers: a clean shutdown put its messages back, so nobody
+    # needs to declare it dead (hookline/liveness.py).
+    stop_process_liveness()
     if _releaser is not None:
         _releaser.stop()
     if _metrics_server is not None:
