@@ -8,15 +8,13 @@ import signal
 from collections import Counter
 
 import pytest
-import redis
 
 from examples.receiver import Reply, always, fail_first
-from hookline.store import delivery
 from hookline.store.endpoints import EndpointRegistry
-from hookline.store.schedule import RetrySchedule, build_message
+from hookline.store.schedule import RetrySchedule
 from hookline.unacked import UNACKED_RECORDS_KEY
-from hookline.worker.celery import app
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
+from tests.support.queue import delivered, enqueue
 
 ISOLATED_URL = isolated_url(13)
 CRASH_ENV = {"CELERY_VISIBILITY_TIMEOUT": "20"}
@@ -25,23 +23,6 @@ CRASH_ENV = {"CELERY_VISIBILITY_TIMEOUT": "20"}
 @pytest.fixture
 def isolated():
     yield from flushed(ISOLATED_URL)
-
-
-def enqueue(client: redis.Redis, endpoint_id: str, count: int) -> list[str]:
-    """Put ``count`` first deliveries on the isolated database's queue in one pipeline."""
-    event_ids = [f"evt-{n:05d}" for n in range(count)]
-    pipe = client.pipeline(transaction=False)
-    for event_id in event_ids:
-        pipe.lpush("hookline", build_message(
-            app, task_name="hookline.deliver", task_id=event_id,
-            args=[endpoint_id, "order.created", {"id": event_id}],
-            kwargs={"event_id": event_id}, retries=0, queue="hookline"))
-    pipe.execute()
-    return event_ids
-
-
-def delivered(client: redis.Redis, endpoint_id: str, event_ids: list[str]) -> int:
-    return sum(delivery.delivered(client, [(endpoint_id, event_id) for event_id in event_ids]))
 
 
 def run_with_interruption(isolated, receiver, start_worker, sig: int) -> tuple[list[str], Counter]:

@@ -10,16 +10,13 @@ import time
 from collections import Counter
 
 import pytest
-import redis
 
 from examples.receiver import Behaviour, Reply, always
 from hookline.liveness import registry
-from hookline.store import delivery
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.history import AttemptHistory
-from hookline.store.schedule import build_message
-from hookline.worker.celery import app
 from tests.conftest import flushed, isolated_url, wait_until
+from tests.support.queue import delivered, enqueue
 
 ISOLATED_URL = isolated_url(12)
 
@@ -29,25 +26,9 @@ def isolated():
     yield from flushed(ISOLATED_URL)
 
 
-def enqueue(client: redis.Redis, endpoint_id: str, count: int, prefix: str = "evt") -> list[str]:
-    event_ids = [f"{prefix}-{n:04d}" for n in range(count)]
-    pipe = client.pipeline(transaction=False)
-    for event_id in event_ids:
-        pipe.lpush("hookline", build_message(
-            app, task_name="hookline.deliver", task_id=event_id,
-            args=[endpoint_id, "order.created", {"id": event_id}],
-            kwargs={"event_id": event_id}, retries=0, queue="hookline"))
-    pipe.execute()
-    return event_ids
-
-
 def first_slow(delay: float) -> Behaviour:
     """Each event's first request is answered after ``delay`` seconds, later ones at once."""
     return lambda attempt: Reply(204, delay=delay) if attempt == 1 else Reply(204)
-
-
-def delivered(client: redis.Redis, endpoint_id: str, event_ids: list[str]) -> int:
-    return sum(delivery.delivered(client, [(endpoint_id, event_id) for event_id in event_ids]))
 
 
 def test_a_killed_workers_attempts_are_delivered_in_seconds_by_a_live_one(
