@@ -449,6 +449,14 @@ class Channel(kombu_redis.Channel):
 class Transport(kombu_redis.Transport):
     Channel = Channel
 
+    #: The worker's event loop (kombu's Hub), once registered: the QoS wakes it when a slot
+    #: frees while the consumer waits for one (hookline/unacked.py, ``QoS.room_freed``).
+    hookline_hub: Any = None
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        self.hookline_hub = loop
+        super().register_with_event_loop(connection, loop)
+
 
 # -- Redis Sentinel ----------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from redis.exceptions import NoScriptError, RedisError
 
-from hookline.core.attempts import waiting_on_receivers
+from hookline.core.attempts import notify_when_waiting, waiting_on_receivers
 from hookline.core.config import settings
 from hookline.delivery.retries import dead_letter_text
 from hookline.store.connection import load_script
@@ -186,6 +186,10 @@ def settled(delivery_tag: str) -> None:
         qos._settled.add(delivery_tag)
 
 
+def _nothing() -> None:
+    """What the event loop is woken to run."""
+
+
 class _Removed:
     """What :meth:`QoS._remove_from_indices` returns for a record already removed: a pipeline
     with nothing to send."""
@@ -249,6 +253,8 @@ class QoS(kombu_redis.QoS):
         self._members: dict[str, bytes] = {}
         #: Delivery tags whose member a settle removed already (:func:`settled`).
         self._settled: set[str] = set()
+        #: can_consume said no: the event loop stopped polling (see :meth:`room_freed`).
+        self._starved = False
 
     @property
     def records_key(self) -> str:
@@ -257,9 +263,30 @@ class QoS(kombu_redis.QoS):
     def can_consume(self) -> bool:
         """kombu's prefetch limit, and fewer than ``HOOKLINE_RUNNABLE_ATTEMPTS`` held messages
         that are not waiting on a receiver (hookline/core/attempts.py): the slots fill with
-        attempts waiting on slow receivers, never with more runnable work than a core serves."""
+        attempts waiting on slow receivers, never with more runnable work than a core serves.
+
+        Without room the event loop stops polling the queue and sleeps until something else
+        wakes it (a timer, up to a second later): so when room comes back from a pool thread
+        (an acknowledgement, an attempt starting to wait on its receiver), the loop is woken
+        at once (:meth:`room_freed`). Against receivers that answer after a second, slots
+        sat empty for a third of a second on average before."""
         room = self.can_consume_max_estimate()
-        return room is None or room > 0
+        if room is None or room > 0:
+            return True
+        self._starved = True
+        notify_when_waiting(self.room_freed)
+        return False
+
+    def room_freed(self) -> None:
+        """A slot may have freed: wake the event loop if it stopped polling for want of one
+        (kombu's Hub.call_soon wakes it from another thread; kombu 5.6's has no waker, and
+        the loop notices at its next tick, as before)."""
+        if not self._starved:
+            return
+        self._starved = False
+        hub = getattr(self.channel.connection, "hookline_hub", None)
+        if hub is not None:
+            hub.call_soon(_nothing)
 
     def can_consume_max_estimate(self) -> int | None:
         pcount = self.prefetch_count
@@ -335,6 +362,7 @@ class QoS(kombu_redis.QoS):
         if pipe is not None:
             return super()._remove_from_indices(delivery_tag, pipe)
         _HOLDERS.pop(delivery_tag, None)
+        self.room_freed()
         member = self._members.pop(delivery_tag, None)
         if delivery_tag in self._settled:
             self._settled.discard(delivery_tag)

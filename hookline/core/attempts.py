@@ -11,11 +11,20 @@ cost CPU).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _lock = threading.Lock()
 _waiting = 0
+#: Called (with no arguments) when an attempt starts waiting on its receiver: the consumer,
+#: starved of runnable room, takes the next message at once (hookline/unacked.py).
+_listeners: list[Callable[[], None]] = []
+
+
+def notify_when_waiting(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever an attempt starts waiting on a receiver (once registered)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
 
 
 def waiting_on_receivers() -> int:
@@ -29,6 +38,8 @@ def waiting_on_receiver() -> Iterator[None]:
     global _waiting
     with _lock:
         _waiting += 1
+    for listener in _listeners:
+        listener()
     try:
         yield
     finally:
