@@ -23,14 +23,16 @@ from bench.compare_procs import payload as make_payload
 from hookline.store.history import AttemptHistory
 
 LOOPBACK = "127.0.0.0/8"
-#: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency).
+#: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency;
+#: None: the app's own default).
 CONTENDERS: dict[str, tuple[str, str, str, str, int]] = {
     "noop": ("bench.naive", "naive.noop", "celery", "threads", 64),
     "naive": ("bench.naive", "naive.webhook", "celery", "threads", 64),
     "naive_default": ("bench.naive", "naive.webhook", "celery", "prefork", 2),
     "hookline": ("app", "hookline.deliver", "hookline", "threads", 64),
-    # Hookline's default deployment: `hookline worker`, one threads-64 worker per core.
-    "hookline_default": ("app", "hookline.deliver", "hookline", HOOKLINE_WORKER, 64),
+    # Hookline's default deployment: `hookline worker`, one worker per core with the
+    # default pool (threads, 512 slots, 64 runnable: hookline/celeryconfig.py).
+    "hookline_default": ("app", "hookline.deliver", "hookline", HOOKLINE_WORKER, None),
 }
 SLOW_MS = 100
 RATE, RATE_PER_SECOND = "50/s", 50

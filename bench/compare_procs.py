@@ -103,14 +103,16 @@ class PoolWorker(Worker):
     ``hookline worker`` (:data:`HOOKLINE_WORKER`: ``processes`` Celery workers)."""
 
     def __init__(self, env: dict[str, str], log_path: Path, *, app: str, pool: str,
-                 concurrency: int, name: str) -> None:
+                 concurrency: int | None, name: str) -> None:
         self.processes = 1
         if pool == HOOKLINE_WORKER:
             from hookline.cli.worker import usable_cores
 
             self.processes = usable_cores()
+            # concurrency None: Hookline's own default (hookline/celeryconfig.py)
+            slots = [] if concurrency is None else ["-c", str(concurrency)]
             command = [str(Path(sys.executable).with_name("hookline")), "worker", "--app", app,
-                       "-c", str(concurrency), "-l", "warning", "--without-gossip",
+                       *slots, "-l", "warning", "--without-gossip",
                        "--without-mingle", "--without-heartbeat"]
         else:
             command = [sys.executable, "-m", "celery", "-A", app, "worker", "-P", pool,

@@ -14,8 +14,9 @@ METHOD = (
     "does), so publishing is not timed. Throughput = events / (push -> the receiver's arrival "
     "time of the last request); the no-op: until the queue and kombu's unacked hash are empty. "
     "Each contender first drains a warm-up of 200 events per worker process. Hookline's "
-    "default deployment is `hookline worker --app app -c 64`: one threads-64 Celery worker "
-    "per usable core, with its supervisor. Receiver: bench/compare_receiver.py, "
+    "default deployment is `hookline worker --app app`: one Celery worker with "
+    "Hookline's default pool (threads, 512 slots, 64 runnable) per usable core, with its "
+    "supervisor. Receiver: bench/compare_receiver.py, "
     "one asyncio loop in its own process, HTTP/1.1 keep-alive, 204 (no nginx installed). "
     "Worker RSS = VmRSS of the worker and its children, max of samples every 0.2 s during the "
     "batch. Outage: the dead endpoint is a port that accepts and resets each connection (a "
@@ -151,7 +152,7 @@ def report(result: dict[str, Any]) -> str:
              "hookline": "Hookline (threads 64)",
              "hookline_default": "Hookline's default (`hookline worker`: "
                                  f"{fast.get('hookline_default', {}).get('processes', 'N')} x "
-                                 "threads 64)"}
+                                 "threads 512, 64 runnable)"}
     heads = [heads[n] for n in names]
     slow_default = slow["naive_default"]["events"]
     lines = [
