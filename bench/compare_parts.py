@@ -25,7 +25,7 @@ from hookline.store.history import AttemptHistory
 LOOPBACK = "127.0.0.0/8"
 #: The contenders of parts 1, 2 and 4: name -> (Celery app, task, queue, pool, concurrency;
 #: None: the app's own default).
-CONTENDERS: dict[str, tuple[str, str, str, str, int]] = {
+CONTENDERS: dict[str, tuple[str, str, str, str, int | None]] = {
     "noop": ("bench.naive", "naive.noop", "celery", "threads", 64),
     "naive": ("bench.naive", "naive.webhook", "celery", "threads", 64),
     "naive_default": ("bench.naive", "naive.webhook", "celery", "prefork", 2),
