@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.schedule
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.fanout
+	$(BIN)/python -m bench.inflight
 	$(BIN)/python -m bench.compare
 
 bench-schedule: $(STAMP)
