@@ -60,6 +60,9 @@ def test_a_killed_workers_attempts_are_delivered_in_seconds_by_a_live_one(
     state = registry(isolated)
     assert state["declared_dead"] == 1 and state["restored"] == 64
     assert len(state["live"]) == 1
+    # The dead worker's 64 attempts gave their in-flight counts back: no share leaked.
+    wait_until(lambda: isolated.hget(f"hookline:{{{endpoint.id}}}:endpoint", "inflight")
+               in (None, "0"), timeout=10)
 
 
 def test_a_live_worker_waiting_on_a_slow_receiver_is_never_declared_dead(
@@ -156,3 +159,24 @@ def test_a_slow_endpoints_backlog_does_not_hold_back_a_fast_endpoint(
     wait_until(lambda: delivered(isolated, fast.id, fast_ids) == 100, timeout=60,
                )
     assert delivered(isolated, slow.id, slow_ids) < 200
+
+
+def test_a_fast_endpoints_backlog_does_not_hold_back_another_endpoints_first_event(
+        isolated, receiver, start_worker):
+    """2,000 events of an endpoint that answers at once queued ahead of one event for another:
+    the other's event is delivered while most of the backlog still waits (the consumer sets
+    a backlog aside per endpoint and serves the endpoints by their counts)."""
+    endpoints = EndpointRegistry(isolated)
+    busy = endpoints.add("busy", receiver.route("/busy", always(Reply(204))))
+    other = endpoints.add("other", receiver.route("/other", always(Reply(204))))
+    busy_ids = enqueue(isolated, busy.id, 2000, prefix="busy")
+    [other_id] = enqueue(isolated, other.id, 1, prefix="other")
+    start_worker("digger", concurrency=512, extra_env={"REDIS_URL": ISOLATED_URL})
+    assert receiver.wait_for(lambda got: any(r.webhook_id == other_id for r in got), 60)
+    arrived_before = sum(1 for r in receiver.received if r.path == "/busy")
+    assert arrived_before < 1000, arrived_before
+    wait_until(lambda: delivered(isolated, busy.id, busy_ids) == 2000, timeout=90)
+    received = Counter(r.webhook_id for r in receiver.received)
+    assert received == Counter([*busy_ids, other_id])  # every one, once, none lost
+    busy_order = [r.webhook_id for r in receiver.received if r.path == "/busy"]
+    assert len(busy_order) == 2000

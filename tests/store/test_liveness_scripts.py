@@ -234,3 +234,25 @@ def test_settle_refuses_an_attempt_whose_lease_another_took_over(endpoint):
     assert gate.in_flight(endpoint.id) == (1, 0)  # the taking attempt's count, not two
     assert not gate.settle(endpoint.id, "evt-1", "other-1", "delivered").fenced
     assert gate.is_delivered(endpoint.id, "evt-1") and gate.in_flight(endpoint.id) == (0, 0)
+
+
+def test_a_batch_filled_by_one_endpoint_sets_its_backlog_aside_for_whoever_is_behind(queue):
+    """The consumer fills a batch from one endpoint's backlog, then sets the rest of the
+    queue aside per endpoint; the next call serves the endpoint with the fewest in flight:
+    the one queued behind the backlog goes long before the backlog has drained."""
+    client = queue
+    EndpointRegistry().add("fq-a", "http://127.0.0.1:9/a")
+    EndpointRegistry().add("fq-b", "http://127.0.0.1:9/b")
+    client.hset(keys.endpoint_key("fq-a"), "inflight", 12)  # its batch was admitted
+    for n in range(100):
+        client.lpush("fq", envelope(f"a{n}", "fq-a"))
+    client.lpush("fq", envelope("b0", "fq-b"))
+    first = consume(client, ["fq-a", "fq-b"], most=8, slots=512, dig_above=64)
+    assert taken_endpoints(first) == ["fq-a"] * 8
+    assert client.llen("fq") == 0  # the rest set aside, in each endpoint's own list
+    assert client.llen(keys.fair_waiting_key("fq-a")) == 92
+    second = consume(client, ["fq-a", "fq-b"], most=8, slots=512, dig_above=64, look=True)
+    assert taken_endpoints(second)[0] == "fq-b"
+    events = [json.loads(parse_member(m)[1])[0]["headers"]["hookline_event"]
+              for m in second[4:4 + 2 * int(second[2]):2]]
+    assert events[1:] == [f"a{n}" for n in range(8, 15)]  # the backlog in its order

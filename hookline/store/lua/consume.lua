@@ -285,7 +285,7 @@ end
 -- Decide on one item: 'taken', 'parked' or 'waiting' and its endpoint (nil when it has none
 -- Hookline can read), or nil and a reply to return at once. `from_waiting`: the endpoint whose
 -- waiting list it came from (nil: from a queue).
-local function consider(key, item, from_waiting)
+local function consider(key, item, from_waiting, aside)
   local ok, message = pcall(cjson.decode, item)
   local props = ok and type(message) == 'table' and message['properties']
   local info = type(props) == 'table' and props['delivery_info']
@@ -316,6 +316,10 @@ local function consider(key, item, from_waiting)
   else
     endpoint = nil
   end
+  if aside and not endpoint then
+    redis.call('RPUSH', key, item)  -- not Hookline's to set aside: taken next, as it was
+    return nil, reply('message')
+  end
   local meta = countdown and cjson.encode({endpoint_id = endpoint, event_id = event,
     last_error = ''})
   if countdown and not park_retry(schedule, own[2], endpoint .. '/' .. event, endpoint,
@@ -329,7 +333,7 @@ local function consider(key, item, from_waiting)
     return 'parked', endpoint
   end
   if fair and endpoint and not from_waiting
-      and (waiting[endpoint] or over(endpoint, f, true)) then
+      and (aside or waiting[endpoint] or over(endpoint, f, true)) then
     -- Past its share (or its cap), or others of its deliveries wait already: to the end of
     -- its list.
     redis.call('LPUSH', own[3], key .. '\n' .. item)
@@ -379,23 +383,71 @@ local function spent()
   return nil
 end
 
+-- The waiting endpoint (keys passed) under its share with the fewest in flight, and an
+-- endpoint whose keys were not passed, if any.
+local function best_waiting(behind)
+  local best, best_count, unknown = nil, nil, nil
+  for endpoint in pairs(waiting) do
+    local own = endpoint_keys[endpoint]
+    if not own then
+      unknown = unknown or endpoint
+    else
+      local f = fields(endpoint, own)
+      if not over(endpoint, f, behind) then
+        local count = (tonumber(f[8]) or 0) + (took[endpoint] or 0)
+        if not best or count < best_count then
+          best, best_count = endpoint, count
+        end
+      end
+    end
+  end
+  return best, unknown
+end
+
+-- Whether this call filled its batch from one endpoint alone: a backlog of one endpoint may
+-- hide others behind it.
+local function one_endpoint_filled()
+  if most < 2 then
+    return false
+  end
+  local only = nil
+  for endpoint in pairs(took) do
+    if only then
+      return false
+    end
+    only = endpoint
+  end
+  return only ~= nil and took[only] == #taken / 2
+end
+
+-- Digging: once a batch is filled from one endpoint, up to ARGV[5] more messages are set
+-- aside into their endpoints' waiting lists (each endpoint's in its order), so that the next
+-- calls find whoever was queued behind that backlog and serve the endpoints by their counts.
+local digging = false
 while true do
-  if #taken / 2 >= most then
-    return reply('message')
+  if #taken / 2 >= most and not digging then
+    if not (fair and one_endpoint_filled()) then
+      return reply('message')
+    end
+    digging = true
   end
   local key, item = take()
   if not key then
     break
   end
-  local outcome, early = consider(key, item, nil)
+  local outcome, early = consider(key, item, nil, digging)
   if not outcome then
     return early
   end
-  if outcome == 'waiting' then
-    -- Its oldest waiting one goes instead, if it is under its share.
-    local late = serve(early, true)
-    if late then
-      return late
+  if outcome == 'waiting' and not digging then
+    -- The waiting endpoint with the fewest in flight goes instead, if one is under its share
+    -- (this one's oldest, most often).
+    local best = best_waiting(true)
+    if best then
+      local late = serve(best, true)
+      if late then
+        return late
+      end
     end
   end
   if outcome ~= 'taken' then
@@ -408,21 +460,7 @@ end
 -- The queues are empty: waiting deliveries of endpoints under their share, the endpoint with
 -- the fewest in flight first.
 while fair and next(waiting) ~= nil and #taken / 2 < most do
-  local best, best_count, unknown = nil, nil, nil
-  for endpoint in pairs(waiting) do
-    local own = endpoint_keys[endpoint]
-    if not own then
-      unknown = unknown or endpoint
-    else
-      local f = fields(endpoint, own)
-      if not over(endpoint, f, false) then
-        local count = (tonumber(f[8]) or 0) + (took[endpoint] or 0)
-        if not best or count < best_count then
-          best, best_count = endpoint, count
-        end
-      end
-    end
-  end
+  local best, unknown = best_waiting(false)
   if not best then
     if unknown and #taken == 0 then
       return reply('need', unknown)
@@ -441,6 +479,9 @@ while fair and next(waiting) ~= nil and #taken / 2 < most do
   if stop then
     return stop
   end
+end
+if #taken / 2 >= most and fair and next(waiting) ~= nil then
+  return reply('message')  -- the batch is full and more may wait their turn: call again
 end
 redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))
 if #taken > 0 then
