@@ -35,8 +35,9 @@
 -- its hash) holds whatever the competition. A message of an endpoint that has waiting
 -- deliveries joins the end of its list (each endpoint's deliveries keep their order); an
 -- endpoint under its share takes its oldest waiting one. Waiting deliveries hold no slot and
--- no worker; settle.lua rings the doorbell ('w') when an endpoint with waiting deliveries
--- finishes an attempt, so they go as soon as it is back under its share.
+-- no worker. A call that leaves deliveries waiting for their shares and lets its caller block
+-- sets the endpoints' 'wake' flag; settle.lua then rings the doorbell ('w') when such an
+-- endpoint finishes an attempt, so they go as soon as it is back under its share.
 -- KEYS[1]      the unacked records (sorted set: owner + tag + record -> time taken)
 -- KEYS[2..6]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
 -- KEYS[7]      hookline:fair:waiting, the set of endpoints with waiting deliveries
@@ -188,7 +189,8 @@ local function fields(endpoint, own)
   local found = fields_of[endpoint]
   if not found then
     found = redis.call('HMGET', own[1], 'state', 'open_until', 'probe_until', 'blocked_until',
-                       'tat', 'book', 'paused_at', 'inflight', 'max_in_flight', 'waiting')
+                       'tat', 'book', 'paused_at', 'inflight', 'max_in_flight', 'waiting',
+                       'wake')
     fields_of[endpoint] = found
     if found[10] and not waiting[endpoint] then
       waiting[endpoint] = true
@@ -482,6 +484,18 @@ while fair and next(waiting) ~= nil and #taken / 2 < most do
 end
 if #taken / 2 >= most and fair and next(waiting) ~= nil then
   return reply('message')  -- the batch is full and more may wait their turn: call again
+end
+-- The caller is about to block on the doorbells while deliveries wait for their endpoints'
+-- shares or caps: ask those endpoints' next settles to ring ('wake', settle.lua).
+for endpoint in pairs(waiting) do
+  local own = endpoint_keys[endpoint]
+  if own then
+    local f = fields(endpoint, own)
+    if f[10] and not f[11] then
+      redis.call('HSET', own[1], 'wake', '1')
+      f[11] = '1'
+    end
+  end
 end
 redis.call('DEL', unpack(KEYS, last_queue + 1, last_queue + queues))
 if #taken > 0 then

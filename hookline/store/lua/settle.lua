@@ -32,8 +32,8 @@
 -- ARGV[18] '1': the history lives in the delivery record (its lifetime, ARGV[3], is the
 --          history's); '0': in KEYS[3]
 -- KEYS[4]  the doorbell of the delivery queue: a 'w' token is pushed when this attempt gave
---          back an in-flight slot of an endpoint with deliveries waiting for their share
---          (consume.lua), so a consumer takes the next one at once
+--          back an in-flight slot of an endpoint whose deliveries wait for their share while
+--          a consumer blocked (its 'wake' flag, consume.lua), so one takes the next at once
 -- KEYS[5]  (optional) the broker's unacked records (the broker is this Redis)
 -- ARGV[19] (optional) the message's member in KEYS[5]. The fence: when it is no longer
 --          there, the message was restored to another worker (this process was declared
@@ -91,7 +91,7 @@ if outcome == 'delivered' then
 end
 
 local breaker = redis.call('HMGET', KEYS[1], 'state', 'failures', 'cooldown_ms', 'probe_token',
-                           'blocked_until', 'outcomes', 'url', 'inflight', 'waiting')
+                           'blocked_until', 'outcomes', 'url', 'inflight', 'wake')
 local set = {}
 local function put(field, value)
   set[#set + 1] = field
@@ -132,7 +132,9 @@ end
 if held == 1 and breaker[8] then
   put('inflight', math.max(0, (tonumber(breaker[8]) or 0) - 1))
   if breaker[9] then
+    -- deliveries wait for this endpoint's share and a consumer blocked (consume.lua's wake)
     redis.call('LPUSH', KEYS[4], 'w')
+    drop[#drop + 1] = 'wake'
   end
 end
 

@@ -15,7 +15,7 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('HSET', KEYS[4], 'waiting', '1')
+redis.call('HSET', KEYS[4], 'waiting', '1', 'wake', '1')
 redis.call('SADD', KEYS[3], ARGV[3])
 local state = redis.call('HMGET', KEYS[4], 'inflight', 'max_in_flight')
 local cap = tonumber(state[2]) or 0
