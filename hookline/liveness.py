@@ -119,6 +119,8 @@ class Liveness:
         #: A channel closed without putting its messages back (Redis was away): look for
         #: this process's orphaned records at the next beat.
         self.orphaned = False
+        #: Until then (monotonic), look at every beat (:meth:`watch_orphans`).
+        self._orphan_watch = 0.0
         #: the latest beat's view: slots of all live processes, how many are live
         self.total_slots = slots
         self.live = 1
@@ -215,7 +217,8 @@ class Liveness:
         for dead in reply[3:]:
             self._reap(_text(dead))
         self._beats += 1
-        if self.orphaned or self._beats % ORPHAN_EVERY == 0:
+        if (self.orphaned or time.monotonic() < self._orphan_watch
+                or self._beats % ORPHAN_EVERY == 0):
             self._restore_orphans()
 
     def _fenced(self, old: Registration) -> None:
@@ -248,6 +251,11 @@ class Liveness:
             log_event("worker.restored", level=logging.WARNING, dead=token, messages=restored,
                       by=self._registration.token)
 
+    def watch_orphans(self) -> None:
+        """A channel closed (a reconnect, a Sentinel failover): an acknowledgement lost with
+        it leaves a record nobody holds. Look for such records at every beat for a while."""
+        self._orphan_watch = time.monotonic() + 3 * self.window
+
     def _restore_orphans(self) -> None:
         """This process's records that none of its channels holds (a channel closed while
         Redis was away could not put them back): restored, as a dead process's would be."""
@@ -257,7 +265,10 @@ class Liveness:
         held: set[bytes] = set()
         for holder in holders:
             held |= holder.held_members()
-        restored = holders[-1].restore_own(self._registration.token, held, self.window)
+        # Older than a beat: a record consume.lua wrote is on its way to a channel for a
+        # few milliseconds before that channel holds it.
+        restored = holders[-1].restore_own(self._registration.token, held,
+                                           max(2.0, self.interval))
         self.orphaned = False
         if restored:
             self.client.hincrby(WORKERS_CLOCK_KEY, "restored", restored)

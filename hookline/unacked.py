@@ -399,6 +399,11 @@ class QoS(kombu_redis.QoS):
         loses nothing: the sweep puts them back after the visibility timeout. Swallowed here
         so that the rest of the channel's close still runs."""
         self._flush()  # acknowledged meanwhile: nothing to restore (kombu's would look)
+        from hookline.liveness import process_liveness
+
+        live = process_liveness(create=False)
+        if live is not None:
+            live.watch_orphans()  # an acknowledgement may have been lost with the connection
         try:
             super().restore_unacked(client)
         except RedisError as exc:
@@ -406,9 +411,6 @@ class QoS(kombu_redis.QoS):
                            "worker's heartbeat once Redis is back (or, if it dies, by "
                            "another's)", len(self._delivered), type(exc).__name__)
             self._delivered.clear()
-            from hookline.liveness import process_liveness
-
-            live = process_liveness(create=False)
             if live is not None:
                 live.orphaned = True
         for tag in list(self._members):
