@@ -306,14 +306,20 @@ class QoS(kombu_redis.QoS):
         recorded = getattr(self.channel, "_recorded", {})
         return {bytes(member) for member in [*self._members.values(), *recorded.values()]}
 
+    def _records_of(self, client: Any, owner: str, taken_before: float = float("inf")
+                    ) -> list[bytes]:
+        """The records-set members of ``owner`` (a liveness token) taken before
+        ``taken_before`` (Unix seconds), oldest taken first."""
+        return [member for member in client.zrangebyscore(self.records_key, 0, taken_before)
+                if member_owner(member) == owner]
+
     def restore_own(self, owner: str, held: set[bytes], older_than: float) -> int:
         """Restore the records of ``owner`` (this process) older than ``older_than`` seconds
-        that no channel of this process holds (``held``)."""
-        head = f"{owner} ".encode()
+        that no channel of this process holds (``held``), in the order :meth:`reap` keeps."""
         restored = 0
         with self.channel.conn_or_acquire() as client:
-            for member in client.zrangebyscore(self.records_key, 0, time() - older_than):
-                if bytes(member).startswith(head) and bytes(member) not in held:
+            for member in reversed(self._records_of(client, owner, time() - older_than)):
+                if bytes(member) not in held:
                     restored += self.restore_member(client, member)
         return restored
 
@@ -323,11 +329,9 @@ class QoS(kombu_redis.QoS):
         in-flight leases its attempts held (release_dead.lua). Returns how many this call
         restored and how many of that owner's records are left (another reaper got them,
         or there were more than one call restores)."""
-        head = f"{owner} ".encode()
         restored = 0
         with self.channel.conn_or_acquire() as client:
-            members = [member for member in client.zrange(self.records_key, 0, -1)
-                       if bytes(member).startswith(head)]
+            members = self._records_of(client, owner)
             for member in reversed(members[:REAP_BATCH]):
                 # The lease first: once the message is back, a worker may take it at once.
                 # (Only the dead owner's lease is released, so a racing reaper, or an attempt
