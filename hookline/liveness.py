@@ -155,8 +155,16 @@ class Liveness:
         return True
 
     def add_holder(self, holder: Holder) -> None:
+        """A consuming channel's QoS. One that replaces a closed channel (a reconnect, a
+        Sentinel failover) starts the watch for orphans (:meth:`watch_orphans`): kombu restores
+        a closing channel's messages only when it still held some, so the close alone cannot
+        be relied on to start it, and a write lost with the old connection (an
+        acknowledgement, a reject's requeue) may have left a record nobody holds."""
         if holder not in self._holders:
+            replaced = any(h.closed for h in self._holders)
             self._holders = [*(h for h in self._holders if not h.closed), holder]
+            if replaced:
+                self.watch_orphans()
 
     def _open_holders(self) -> list[Holder]:
         return [holder for holder in self._holders if not holder.closed]

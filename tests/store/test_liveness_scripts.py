@@ -86,6 +86,42 @@ def test_a_fenced_liveness_registers_anew_under_a_new_token(client):
     assert client.zscore(keys.WORKERS_LIVE_KEY, live.current().token) is not None
 
 
+class _Holder:
+    """A channel's QoS as Liveness sees it: whether it is closed, what it holds, and the
+    calls to restore this process's records nobody holds."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.restore_calls: list[str] = []
+
+    def reap(self, owner: str) -> tuple[int, int]:
+        return 0, 0
+
+    def held_members(self) -> set[bytes]:
+        return set()
+
+    def restore_own(self, owner: str, held: set[bytes], older_than: float) -> int:
+        self.restore_calls.append(owner)
+        return 0
+
+
+def test_a_channel_replacing_a_closed_one_starts_the_watch_for_orphans(client):
+    """kombu restores a closing channel's messages (and so starts the watch) only if it held
+    some: a reconnect after a failover, with nothing held, must start it all the same, or a
+    reject's requeue lost with the old master leaves its record until the minute's scan."""
+    live = Liveness(client, interval=0.2, window=1.0, slots=4)
+    first = _Holder()
+    live.add_holder(first)
+    live.beat()
+    assert first.restore_calls == []  # no channel closed: no look at every beat
+    first.closed = True
+    second = _Holder()
+    live.add_holder(second)
+    live.beat()
+    assert second.restore_calls == [live.current().token]
+    live.stop()
+
+
 def test_members_carry_their_owner():
     member = record_member("tag-1", '{"a": 1}', "ex", "rk", owner="0123abcd")
     assert member_owner(member) == "0123abcd"
