@@ -11,7 +11,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
 .PHONY: install venv redis demo test test-fast test-scale test-compat lint bench bench-schedule bench-compare \
-	bench-retries chaos clean
+	bench-retries chaos docs clean
 
 install venv: $(STAMP)
 
@@ -27,6 +27,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 redis:
 	scripts/ensure-redis.sh
+
+# The documentation site, built strictly (a warning, a broken link or anchor is an error) into
+# site/. The docs extra is installed once, again only when pyproject.toml changes.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
 
 demo: $(STAMP) redis
 	$(BIN)/python -m examples.demo
@@ -95,6 +105,6 @@ chaos: $(STAMP)
 	$(BIN)/python -m bench.chaos
 
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build .compat
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build .compat site
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 	rm -f .demo-worker.log .pytest-worker-*.log .pytest-dlq-spool.jsonl

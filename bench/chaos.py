@@ -79,7 +79,7 @@ class Chaos:
         from bench import chaos_check
         from hookline.store.connection import ring
         from hookline.store.endpoints import EndpointRegistry
-        from hookline.store.schedule import build_message
+        from hookline.transport.envelope import build_message
         from hookline.worker.celery import app
 
         self.receivers[STEADY] = ReceiverProcess("examples.receiver",

@@ -20,7 +20,7 @@ from bench.chaos_rate import check_rate
 from hookline.store import delivery
 from hookline.store.deadletter import DLQ_KEY, DeadLetterQueue
 from hookline.store.schedule import META_KEY
-from hookline.unacked import UNACKED_RECORDS_KEY, held_messages
+from hookline.transport.records import UNACKED_RECORDS_KEY, held_messages
 
 #: A duplicate is explained by a fault when its first accepted request arrived at most this
 #: long before it (an attempt lasts at most connect + 2 x read timeout = 3 s, then settles).
@@ -105,7 +105,7 @@ def queued_ids(client: redis.Redis) -> str:
 def untraceable(client: redis.Redis, events: dict[str, str], event_ids: set[str]) -> set[str]:
     """Of ``event_ids`` (not final), those Hookline holds nowhere: not in the retry schedule,
     not on a queue, not unacknowledged (a worker's messages stay in the unacked records until
-    acknowledged, hookline/unacked.py)."""
+    acknowledged, hookline/transport/unacked.py)."""
     queued = queued_ids(client)
     ordered = sorted(event_ids)
     pipe = client.pipeline(transaction=False)

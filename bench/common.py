@@ -272,7 +272,7 @@ def run_bench(run: Callable[[Any], dict[str, Any]], options: Any,
     return 0
 
 
-# -- RabbitMQ and Redis Cluster on loopback (the scale tests' and bench.scale's) -------------
+# -- RabbitMQ and Redis Cluster on loopback (bench.scale's; the tests have their own) -------
 
 #: Where the machine's RabbitMQ is expected (override with HOOKLINE_TEST_AMQP_HOST / _PORT).
 AMQP_HOST = os.environ.get("HOOKLINE_TEST_AMQP_HOST", "127.0.0.1")

@@ -22,7 +22,7 @@ import redis
 import requests
 
 from bench.common import ROOT, RedisServer, Worker, stop_process
-from hookline.unacked import UNACKED_RECORDS_KEY
+from hookline.transport.records import UNACKED_RECORDS_KEY
 
 EVENT_TYPE = "order.paid"
 
@@ -149,7 +149,7 @@ class Contender:
 
     def messages(self, target: str, prefix: str, count: int, start: int = 0) -> list[str]:
         """Broker messages ready to push: ``target`` is an endpoint id (Hookline) or a URL."""
-        from hookline.store.schedule import build_message
+        from hookline.transport.envelope import build_message
         from hookline.worker.celery import app as celery_app
 
         built = []

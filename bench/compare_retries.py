@@ -47,7 +47,7 @@ from bench.common import ROOT, control_redis, machine, run_bench, stop_process
 from bench.compare_meters import CpuMeter
 from bench.compare_parts import start, target
 from bench.compare_procs import Contender, ReceiverProcess
-from bench.compare_report import RESULTS
+from bench.compare_report import RESULTS, retries_row
 
 OUTPUT = RESULTS / "retries.json"
 #: The worker's environment on top of part 1's: retries due in an hour, no breaker.
@@ -277,33 +277,13 @@ def summarize(path: Path, top: int = 30) -> str:
     return "\n".join(lines)
 
 
-def row(result: dict[str, Any]) -> str:
-    """The report table's row for part 8 (bench/compare_report.py)."""
-    first, parked = result["first"], result["parked"]
-    checks = []
-    if not parked["attempted_once"]:
-        checks.append(f"{parked['attempts']:,} attempts for {parked['events']:,} events")
-    if parked["dead_lettered"]:
-        checks.append(f"{parked['dead_lettered']:,} dead-lettered")
-    if result["billiard_einfo_in"]:
-        checks.append(f"billiard einfo named in {', '.join(result['billiard_einfo_in'])}")
-    return (f"| 8. retries, one worker: parked/s (every attempt answered 500, next due in ~1 h) "
-            f"/ first deliveries/s (200) | {parked['per_second']:.0f}/s / "
-            f"{first['per_second']:.0f}/s = {result['ratio']:.2f} (middle 10-90%: "
-            f"{parked['per_second_10_90'] or 0:.0f}/s); worker CPU ms per event "
-            f"{parked['cpu_ms']['worker']:.2f} vs {first['cpu_ms']['worker']:.2f}; Redis "
-            f"commands {parked['redis_commands']:.1f} vs {first['redis_commands']:.1f}"
-            + (f"; {'; '.join(checks)}" if checks else "")
-            + f" | >= {result['target']} | {'PASS' if result['met'] else 'FAIL'} |")
-
-
 def report(result: dict[str, Any]) -> str:
     info, part = result["machine"], result["retries"]
     lines = [f"Retries vs first deliveries, {info['date']}: {info['cpus']} CPUs, load "
              f"{info['load_average']}; code {info['commit']}"
              + (f" plus uncommitted {', '.join(info['uncommitted'])}" if info["uncommitted"]
                 else "") + f"; {part['events']:,} events per batch, {part['rounds']} round(s).",
-             "", "| measure | value | target | met |", "|---|---|---|---|", row(part)]
+             "", "| measure | value | target | met |", "|---|---|---|---|", retries_row(part)]
     if part["profiled"]:
         lines += ["", "PROFILED: py-spy slowed the last parking batch; its rates are not the "
                   "measure."]

@@ -109,7 +109,7 @@ from bench.common import (
 from bench.compare_meters import LoadMonitor
 from bench.inflight_receiver import InflightReceiver
 from bench.schedule_tools import hold_signals, memory
-from hookline.liveness import registry
+from hookline.transport.liveness import registry
 
 RESULTS = Path(__file__).resolve().parent / "results" / "inflight.json"
 PARTS = ("isolation", "slow", "candidates", "recovery", "cap")

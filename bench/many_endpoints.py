@@ -40,7 +40,7 @@ def evalsha_calls(client: Any) -> int:
 
 
 def messages(endpoints: list[str], prefix: str, count: int) -> list[str]:
-    from hookline.store.schedule import build_message
+    from hookline.transport.envelope import build_message
     from hookline.worker.celery import app as celery_app
 
     return [build_message(celery_app, task_name="hookline.deliver", task_id=f"{prefix}-{n}",

@@ -46,7 +46,7 @@ from bench.common import (
     private_redis,
     run_bench,
 )
-from hookline.unacked import held_count
+from hookline.transport.records import held_count
 
 RESULTS = Path(__file__).resolve().parent / "results" / "redis_cost.json"
 ENDPOINT = "cost"

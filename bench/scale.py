@@ -60,7 +60,7 @@ from bench.common import (
     run_bench,
 )
 from bench.redis_cost import Meter
-from hookline.unacked import held_count
+from hookline.transport.records import held_count
 
 RESULTS = Path(__file__).resolve().parent / "results" / "scale.json"
 ENDPOINTS = 20

@@ -55,7 +55,7 @@ from bench.schedule_tools import (
     worker_env,
 )
 from hookline.store import delivery
-from hookline.unacked import held_count
+from hookline.transport.records import held_count
 
 RESULTS = Path(__file__).resolve().parent / "results" / "schedule.json"
 RELEASE_COUNT = 10_000
@@ -133,7 +133,8 @@ def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
 
 def release_speed(workdir: Path, count: int = RELEASE_COUNT) -> dict[str, Any]:
     """Part 2: park ``count`` retries due now, then time release_due(batch=500) to empty."""
-    from hookline.store.schedule import RetrySchedule, build_message
+    from hookline.store.schedule import RetrySchedule
+    from hookline.transport.envelope import build_message
     from hookline.worker.celery import app as celery_app
 
     with ExitStack() as stack:

@@ -96,7 +96,7 @@ def publish(client: redis.Redis, celery_app: Any, task: str, queue: str, count: 
             prefix: str) -> float:
     """LPUSH ``count`` first deliveries onto ``queue`` in pipelines of 1000; seconds taken."""
     from hookline.store.connection import ring
-    from hookline.store.schedule import build_message
+    from hookline.transport.envelope import build_message
 
     started = time.perf_counter()
     for start in range(0, count, 1000):

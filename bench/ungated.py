@@ -14,8 +14,9 @@ import threading
 import time
 from typing import Any
 
+from hookline.core.endpoint import Endpoint
 from hookline.delivery.sender import WebhookEvent, send
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.worker.celery import app
 
 _endpoints: dict[str, Endpoint] = {}

@@ -23,20 +23,20 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:
+    from hookline.api.enqueue import EventIdConflict, WebhookInputError, send_webhook
+    from hookline.api.publishing import PublishedEventConflict, SchemaViolation, publish
     from hookline.core.errors import HooklineError
     from hookline.delivery.publisher import deliver
-    from hookline.enqueue import EventIdConflict, WebhookInputError, send_webhook
-    from hookline.publishing import PublishedEventConflict, SchemaViolation, publish
 
 _LAZY = {
-    "send_webhook": "hookline.enqueue",
-    "WebhookInputError": "hookline.enqueue",
-    "EventIdConflict": "hookline.enqueue",
+    "send_webhook": "hookline.api.enqueue",
+    "WebhookInputError": "hookline.api.enqueue",
+    "EventIdConflict": "hookline.api.enqueue",
     "deliver": "hookline.delivery.publisher",
     "HooklineError": "hookline.core.errors",
-    "publish": "hookline.publishing",
-    "PublishedEventConflict": "hookline.publishing",
-    "SchemaViolation": "hookline.publishing",
+    "publish": "hookline.api.publishing",
+    "PublishedEventConflict": "hookline.api.publishing",
+    "SchemaViolation": "hookline.api.publishing",
 }
 
 __all__ = ["EventIdConflict", "HooklineError", "PublishedEventConflict", "SchemaViolation",

@@ -12,12 +12,12 @@ again); ``"*"`` for all. Callbacks run where the event happens, usually in a wor
 connect them in a module the worker imports (``HOOKLINE_WORKER_IMPORTS``). A callback that
 raises is logged and passed over. Django and Flask signals: ``hookline.contrib.django`` and
 ``hookline.contrib.flask``. The events can also go out as webhooks to an operator endpoint
-(``HOOKLINE_OPERATIONAL_ENDPOINT``). See ``hookline.core.operational``.
+(``HOOKLINE_OPERATIONAL_ENDPOINT``). See ``hookline.core.operational_events``.
 """
 
 from __future__ import annotations
 
-from hookline.core.operational import (
+from hookline.core.operational_events import (
     DEAD_LETTERED,
     ENDPOINT_DISABLED,
     ENDPOINT_FAILING,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The broker, crash, held-endpoint, Flower and task-event tests at each end of the celery/kombu/billiard range
-# Hookline declares (pyproject.toml) and checks at worker start (hookline/compat.py).
+# Hookline declares (pyproject.toml) and checks at worker start (hookline/transport/compat.py).
 #
 #   scripts/test-compat.sh [lowest|newest|all]      (make test-compat COMPAT=...)
 #
@@ -33,7 +33,7 @@ lowest_pins() {
 import ast
 from pathlib import Path
 
-tree = ast.parse(Path("hookline/compat.py").read_text())
+tree = ast.parse(Path("hookline/transport/compat.py").read_text())
 for node in tree.body:
     target = node.target if isinstance(node, ast.AnnAssign) else (
         node.targets[0] if isinstance(node, ast.Assign) else None)
@@ -66,9 +66,9 @@ PY
 ) || return
     say "$end installed: $versions (installed in $((SECONDS - started)) s)"
     # The worker's own start-up check must accept what was installed.
-    "$venv/bin/python" -c 'from hookline import compat; import sys; p = compat.problems(); \
+    "$venv/bin/python" -c 'from hookline.transport import compat; import sys; p = compat.problems(); \
 print(*p, sep="\n", file=sys.stderr); sys.exit(bool(p))' || {
-        say "$end: hookline.compat refuses these versions"; return 1; }
+        say "$end: hookline.transport.compat refuses these versions"; return 1; }
     local status=0
     # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
     "$venv/bin/python" -m pytest "${TESTS[@]}" ${PYTEST_ARGS:-} || status=$?

@@ -49,7 +49,6 @@ os.environ["HOOKLINE_DLQ_SPOOL"] = str(ROOT / ".pytest-dlq-spool.jsonl")
 
 from celery.signals import after_task_publish  # noqa: E402
 
-from bench.common import stop_process  # noqa: E402  (one helper for tests and benchmarks)
 from examples.receiver import Receiver  # noqa: E402
 from hookline.core.messages import DELIVERY_QUEUE  # noqa: E402
 from hookline.store import connection as store  # noqa: E402
@@ -285,6 +284,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+                 timeout: float = 20.0) -> None:
+    """Signal ``process`` and wait for it; kill it if it outlives ``timeout``."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class PrivateRedis:

@@ -9,12 +9,13 @@ from typing import Any
 
 import click
 
+from hookline.api.publishing import publish
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_time, shorten
+from hookline.core.endpoint import Endpoint
 from hookline.core.event import parse_json_text
-from hookline.publishing import publish
 from hookline.store.apps import AppRegistry
 from hookline.store.catalog import CatalogError, EventCatalog
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 
 
 def subscription_text(item: Endpoint) -> str:

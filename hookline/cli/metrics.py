@@ -1,5 +1,5 @@
 """``hookline metrics``: the exporter of the gauges Hookline's Redis holds, for Prometheus
-(``hookline.gauges``).
+(``hookline.transport.gauges``).
 
 Run one (per Redis): workers serve only their own counters on ``HOOKLINE_METRICS_PORT``; this
 command serves the state they share (queue depths, scheduled retries, dead letters, breakers),
@@ -15,8 +15,8 @@ from types import FrameType
 import click
 
 from hookline.core.config import ConfigError, load_settings, settings
-from hookline.gauges import start_server
 from hookline.store import connection as store
+from hookline.transport.gauges import start_server
 
 
 @click.command("metrics")

@@ -21,15 +21,16 @@ from hookline.cli.output import (
 )
 from hookline.cli.schedule import schedule_json, schedule_rows
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
-from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
-from hookline.liveness import registry
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.connection import redis_for
 from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule
+from hookline.transport.liveness import registry
+from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
 
 
 def queue_depths() -> dict[str, int]:
@@ -82,7 +83,7 @@ def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
 
 
 def workers_report() -> dict[str, Any] | None:
-    """The broker's registry of live worker processes (hookline/liveness.py): None on
+    """The broker's registry of live worker processes (hookline/transport/liveness.py): None on
     RabbitMQ, which tracks its consumers itself."""
     config = settings()
     if config.broker_amqp:

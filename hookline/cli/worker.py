@@ -155,7 +155,7 @@ def supervise(app: str, celery_args: Sequence[str], processes: int) -> int:
             directory = owned_dir = tempfile.mkdtemp(prefix="hookline-metrics-")
         env["PROMETHEUS_MULTIPROC_DIR"] = directory
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory  # this process serves them
-        from hookline.gauges import clear_multiprocess_dir
+        from hookline.transport.gauges import clear_multiprocess_dir
 
         clear_multiprocess_dir()
     children: list[subprocess.Popen[bytes]] = []
@@ -195,7 +195,7 @@ def supervise(app: str, celery_args: Sequence[str], processes: int) -> int:
 
 
 def _serve_metrics(port: int) -> Any:
-    from hookline.gauges import start_server
+    from hookline.transport.gauges import start_server
 
     address = settings().metrics_address
     try:

@@ -37,6 +37,7 @@ from typing import Any
 from blinker import Namespace
 from flask import Flask, Response, g, has_request_context
 
+from hookline.api.enqueue import send_webhook as _send_webhook
 from hookline.contrib.framework import (
     Publication,
     check_environment,
@@ -44,11 +45,10 @@ from hookline.contrib.framework import (
     prepare_publication,
     publish_logged,
 )
-from hookline.core import operational
+from hookline.core import operational_events
 from hookline.core.config import Settings
 from hookline.core.logs import log_event
-from hookline.core.operational import OperationalEvent
-from hookline.enqueue import send_webhook as _send_webhook
+from hookline.core.operational_events import OperationalEvent
 
 __all__ = ["Hookline", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
            "event_dead_lettered"]
@@ -62,10 +62,10 @@ event_dead_lettered = _signals.signal("hookline.event-dead-lettered")
 endpoint_failing = _signals.signal("hookline.endpoint-failing")
 #: An endpoint's circuit breaker closed again.
 endpoint_recovered = _signals.signal("hookline.endpoint-recovered")
-SIGNALS = {operational.ENDPOINT_DISABLED: endpoint_disabled,
-           operational.DEAD_LETTERED: event_dead_lettered,
-           operational.ENDPOINT_FAILING: endpoint_failing,
-           operational.ENDPOINT_RECOVERED: endpoint_recovered}
+SIGNALS = {operational_events.ENDPOINT_DISABLED: endpoint_disabled,
+           operational_events.DEAD_LETTERED: event_dead_lettered,
+           operational_events.ENDPOINT_FAILING: endpoint_failing,
+           operational_events.ENDPOINT_RECOVERED: endpoint_recovered}
 
 
 def _send_signal(event: OperationalEvent) -> None:

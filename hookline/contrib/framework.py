@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from hookline.api.enqueue import PreparedEvent, WebhookInputError, enqueue_prepared
 from hookline.core.config import ConfigError, Settings, setting_names, settings
 from hookline.core.errors import InvalidField
 from hookline.core.event import (
@@ -26,8 +27,7 @@ from hookline.core.event import (
     check_payload,
 )
 from hookline.core.logs import log_event
-from hookline.core.operational import KINDS, REGISTRY, OperationalEvent
-from hookline.enqueue import PreparedEvent, WebhookInputError, enqueue_prepared
+from hookline.core.operational_events import KINDS, REGISTRY, OperationalEvent
 
 
 def check_environment(framework_keys: Iterable[Any], *, source: str) -> Settings:

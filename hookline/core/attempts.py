@@ -1,7 +1,7 @@
 """How many of this process's attempts wait on a receiver right now (a thread-safe count).
 
-The worker's consumer (hookline/unacked.py ``QoS.can_consume``) takes a new message only while
-fewer than ``HOOKLINE_RUNNABLE_ATTEMPTS`` of the messages it holds are *not* waiting on a
+The worker's consumer (hookline/transport/unacked.py ``QoS.can_consume``) takes a new message
+only while fewer than ``HOOKLINE_RUNNABLE_ATTEMPTS`` of the messages it holds are *not* waiting on a
 receiver: a process holds as many attempts as it has slots when receivers are slow (each waits
 on the network, costing a thread's stack and no CPU), and no more runnable ones than a core
 can serve when they answer at once (more threads contending for the interpreter lock only
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _waiting = 0
 #: Called (with no arguments) when an attempt starts waiting on its receiver: the consumer,
-#: starved of runnable room, takes the next message at once (hookline/unacked.py).
+#: starved of runnable room, takes the next message at once (hookline/transport/unacked.py).
 _listeners: list[Callable[[], None]] = []
 
 

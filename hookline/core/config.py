@@ -1,38 +1,49 @@
 """Hookline's settings: read once from the environment, validated, with the variable named in
-every error. ``celeryconfig.py`` reads the Celery side from here too, so both agree."""
+every error. The variables themselves (name, default, bounds, meaning) are declared in
+``hookline.core.variables``; this module turns them into :class:`Settings` and checks the rules
+that join several of them. ``hookline.celeryconfig`` reads the Celery side from here too, so
+both agree."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hookline.core import redact, sentinel
-from hookline.core.errors import HooklineError
-from hookline.core.policy import MAX_BACKOFF_LIMIT, PolicyError, RetryPolicy
-from hookline.core.ssrf import Network, parse_networks
+from hookline.core.env import ConfigError, Integer, raw
+from hookline.core.policy import PolicyError, RetryPolicy
+from hookline.core.ssrf import Network
+from hookline.core.variables import (
+    CONNECTION,
+    DAY,
+    MAX_BYTES,
+    MAX_CONNECT_TIMEOUT,
+    MAX_READ_TIMEOUT,
+    POLICY,
+    SETTINGS,
+    WEEK,
+    YEAR,
+    Variable,
+)
 
-#: Longest read timeout an endpoint may have, seconds.
-MAX_READ_TIMEOUT = 120.0
+__all__ = [
+    "ALL_REPLICAS", "AMQP_BROKER_SCHEMES", "CLUSTER_SCHEMES", "CLUSTER_SHARDS", "DAY",
+    "LEASE_MARGIN", "MAX_BYTES", "MAX_CONNECT_TIMEOUT", "MAX_READ_TIMEOUT",
+    "POLICY_VARIABLES", "REDIS_BROKER_SCHEMES", "SUPPORTED_BROKER_SCHEMES", "WEEK", "YEAR",
+    "ConfigError", "Settings", "broker_is_amqp", "broker_scheme", "configure", "load_settings",
+    "setting_names", "settings",
+]
+
 #: Seconds an in-flight lease outlives the longest its attempt can take.
 LEASE_MARGIN = 10.0
-#: Longest connect timeout, seconds.
-MAX_CONNECT_TIMEOUT = 60.0
-#: Largest payload or response size limit, bytes (16 MiB).
-MAX_BYTES = 16 * 1024 * 1024
-#: Bounds of the time settings, seconds: every setting is finite and bounded, so that every
-#: time computed from them (due times, TTLs) is a small finite number.
-DAY = 86400.0
-WEEK = 7 * DAY
-YEAR = 365 * DAY
 #: ``redis_wait_replicas`` for "every replica the Sentinels see up".
 ALL_REPLICAS = -1
-
+#: The Redis URL used when neither ``HOOKLINE_REDIS_URL`` nor ``REDIS_URL`` is set.
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 #: URL schemes naming a Redis Cluster for Hookline's state (redis-py's RedisCluster).
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -49,6 +60,9 @@ AMQP_BROKER_SCHEMES = ("amqp", "pyamqp", "amqps")
 #: start-up: the releaser, the queue depths and the consume guarantees exist only for these.
 SUPPORTED_BROKER_SCHEMES = REDIS_BROKER_SCHEMES + AMQP_BROKER_SCHEMES
 
+#: Environment variable -> RetryPolicy field.
+POLICY_VARIABLES = {variable.name: variable.field for variable in POLICY}
+
 
 def broker_scheme(url: str) -> str:
     """The scheme of a broker URL, lower-cased ("" when it has none)."""
@@ -61,108 +75,60 @@ def broker_is_amqp(url: str) -> bool:
     return broker_scheme(url) in AMQP_BROKER_SCHEMES
 
 
-class ConfigError(HooklineError, ValueError):
-    """An environment variable holds a value Hookline cannot use; the message names it."""
-
-
 @dataclass(frozen=True)
 class Settings:
-    """Validated settings. Times are seconds, sizes bytes."""
+    """Validated settings. Times are seconds, sizes bytes. Each field is filled from the
+    environment variable that ``hookline.core.variables`` declares for it, where its meaning
+    is written (and the settings reference shows it); the defaults here are the same."""
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    broker_url: str = "redis://127.0.0.1:6379/0"
-    #: Seconds an unacknowledged message stays invisible before the broker hands it to another
-    #: worker: how late the messages held by a worker that died entirely come back. It must
-    #: exceed the longest a live worker holds one (waiting for a slot, then one attempt).
+    redis_url: str = DEFAULT_REDIS_URL
+    broker_url: str = DEFAULT_REDIS_URL
     visibility_timeout: float = 300.0
-    #: Seconds between a consuming process's heartbeats (hookline/liveness.py).
     heartbeat_interval: float = 2.0
-    #: Seconds without a heartbeat after which a process is dead and its messages restored.
     liveness_window: float = 6.0
-    #: Most attempts a worker process runs at once that are not waiting on a receiver (the
-    #: rest of its slots hold attempts waiting for an answer): the CPU-bound part of a
-    #: delivery runs on this many threads at most, however many slots wait on slow receivers.
     runnable_attempts: int = 64
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
-    #: Longest Retry-After honoured; a receiver asking for more gets this.
     retry_after_cap: float = 3600.0
-    #: Seconds to connect to a receiver.
     connect_timeout: float = 5.0
-    #: Default seconds to wait for the response (an endpoint's ``timeout`` overrides it).
     read_timeout: float = 15.0
-    #: Largest JSON payload accepted at enqueue.
     max_payload_bytes: int = 256 * 1024
-    #: Response body bytes read and kept; the rest is discarded unread.
     max_response_bytes: int = 64 * 1024
-    #: How long a dead letter can still be replayed; the `done` marker lives for the retry window
-    #: plus this, so a replay of an event delivered meanwhile is not sent twice.
-    replay_horizon: float = 7 * 86400.0
-    #: Times an attempt may be started without being settled (worker killed mid-send) before the
-    #: event is dead-lettered as a poison message (reason ``worker_lost``).
+    replay_horizon: float = 7 * DAY
     max_unsettled_starts: int = 3
-    #: Where dead letters go when Redis itself is unreachable; moved into Redis later.
     dlq_spool_path: str = "hookline-dlq-spool.jsonl"
-    #: Seconds a dead letter is kept; older ones are trimmed (``hookline dlq trim``, and at
-    #: most once a minute when a dead letter is added). 0 keeps them forever. Never by size.
-    dlq_retention: float = 30 * 86400.0
-    #: Consecutive retryable failures that open an endpoint's circuit breaker.
+    dlq_retention: float = 30 * DAY
     breaker_threshold: int = 5
-    #: Seconds an opened breaker waits before one probe may go through; doubled after each
-    #: failed probe up to ``breaker_max_cooldown``.
     breaker_cooldown: float = 30.0
     breaker_max_cooldown: float = 600.0
-    #: Networks the SSRF guard lets through although they are private (e.g. 127.0.0.0/8 for
-    #: the demo and tests, or an internal receivers' subnet). Empty: only public addresses.
     allowed_networks: tuple[Network, ...] = ()
-    #: Refuse http:// endpoints (at registration and at send time).
     https_only: bool = False
-    #: Seconds an old signing secret stays valid (and signs too) after a rotation.
-    secret_overlap: float = 86400.0
-    #: Caps on scheduled retries, in all and per endpoint; past them: dead letter backlog_full.
+    secret_overlap: float = DAY
     schedule_max: int = 1_000_000
     schedule_max_per_endpoint: int = 100_000
-    #: Most messages the retry queue holds; due retries past it wait in the schedule, so the
-    #: workers' share for first deliveries stays free.
     retry_queue_limit: int = 1000
-    #: Where due retries are released: "worker" (a thread in every worker) or "off" (run
-    #: ``hookline releaser`` as its own process).
     releaser: str = "worker"
-    #: Longest a releaser sleeps between looks at the schedule, seconds.
     releaser_max_sleep: float = 1.0
-    #: Longest a worker gathers task events (for Flower) before it publishes them as one
-    #: message, seconds; a batch goes out sooner when it holds Celery's buffer limit (24
-    #: events). 0: on the event loop's next turn, as Celery does.
     events_flush_interval: float = 0.1
-    #: Publishers send Celery's ``task-sent`` event (Flower then lists a delivery as PENDING
-    #: from its publish, not from its receipt by a worker): one Redis PUBLISH per delivery,
-    #: unbatched (a batch published late would overwrite a RETRY Flower already shows).
     task_sent_events: bool = False
-    #: Port of the worker's Prometheus metrics server; 0: no server.
     metrics_port: int = 9808
-    #: Address the metrics servers (the worker's, ``hookline metrics``) listen on: an IP
-    #: address; 0.0.0.0 or :: for every interface.
     metrics_address: str = "127.0.0.1"
-    #: Most endpoints with a series of their own in a worker's metrics; the rest are counted
-    #: under ``endpoint="_other"``. 0: none (every endpoint is ``_other``).
     metrics_max_endpoints: int = 200
     log_format: str = "text"
-    #: Seconds an event's attempt history is kept after its latest attempt; 0: none is kept;
-    #: None (the default): as long as the event's delivery record (:attr:`done_ttl`), in that
-    #: record (``hookline.store.delivery``), which costs settle no extra Redis command.
+    #: None: the attempt history lives as long as the event's delivery record
+    #: (:attr:`done_ttl`), in that record (``hookline.store.delivery``).
     history_retention: float | None = None
-    #: Most attempts kept per event (the latest ones).
     history_attempts: int = 50
-    #: Response body bytes kept with each attempt in the history; 0: none.
     history_body_bytes: int = 256
-    #: Hash-tag shards the retry schedule, the dead-letter queue and the endpoint index are
-    #: split over (``hookline.store.keys``): 1 on a single Redis, 16 on a Redis Cluster.
+    #: 1 on a single Redis, 16 on a Redis Cluster (``hookline.store.keys``).
     state_shards: int = 1
-    #: The registered endpoint that operational events (endpoint disabled, event
-    #: dead-lettered, endpoint failing or recovered) are sent to as webhooks; None: none.
     operational_endpoint: str | None = None
-    #: Modules the worker imports at start-up: a host's operational-event callbacks and
-    #: signal receivers (``hookline.operational``), connected in the worker process.
     worker_imports: tuple[str, ...] = ()
+    #: "" when neither URL is a ``sentinel://`` URL (``hookline/core/sentinel.py``).
+    sentinel_master: str = ""
+    sentinel_password: str = field(default="", repr=False)
+    #: :data:`ALL_REPLICAS` by default with a Sentinel URL (hookline/store/replication.py).
+    redis_wait_replicas: int = 0
+    redis_wait_timeout: float = 1.0
 
     @property
     def state_is_cluster(self) -> bool:
@@ -179,20 +145,6 @@ class Settings:
     def broker_amqp(self) -> bool:
         """The broker is RabbitMQ (:func:`broker_is_amqp`), worked out once per settings."""
         return broker_is_amqp(self.broker_url)
-    #: Redis Sentinel (a ``sentinel://`` REDIS_URL or HOOKLINE_BROKER_URL, see
-    #: ``hookline/core/sentinel.py``): the name of the master the Sentinels monitor, the same
-    #: for both URLs; "" when neither is a Sentinel URL.
-    sentinel_master: str = ""
-    #: The Sentinels' own password (their ``requirepass``), if they have one; the master's is
-    #: in the URL.
-    sentinel_password: str = field(default="", repr=False)
-    #: Replicas that must have a write which hands an event on (a published event, a parked
-    #: retry, a dead letter) before Hookline lets go of the event (Redis WAIT), and the
-    #: longest it waits for them, seconds; too few in time fails the write as an unreachable
-    #: Redis would (hookline/store/replication.py). Default: every replica the Sentinels see
-    #: up (:data:`ALL_REPLICAS`) with a Sentinel URL, else 0.
-    redis_wait_replicas: int = 0
-    redis_wait_timeout: float = 1.0
 
     def lease_seconds(self, read_timeout: float | None = None) -> float:
         """How long an attempt's in-flight lease lives: the longest the attempt can take
@@ -231,110 +183,43 @@ class Settings:
         return max(self.done_ttl, self.history_lifetime)
 
 
-def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0,
-            maximum: float = math.inf) -> float:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or not minimum <= value <= maximum:
-        bounds = f">= {minimum}" if maximum == math.inf else f"between {minimum} and {maximum}"
-        raise ConfigError(f"{name}={raw!r} must be a finite number {bounds}")
-    return value
-
-
-def _integer(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
-             maximum: int = 10**9) -> int:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
-    if not minimum <= value <= maximum:
-        raise ConfigError(f"{name}={raw!r} must be an integer from {minimum} to {maximum}")
-    return value
-
-
-def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    port = _integer(env, name, default)
-    if port > 65535:
-        raise ConfigError(f"{name}={port} must be a TCP port (1-65535), or 0 for none")
-    return port
-
-
-#: Environment variable -> RetryPolicy field.
-POLICY_VARIABLES = {
-    "HOOKLINE_INITIAL_BACKOFF": "initial_backoff",
-    "HOOKLINE_BACKOFF_MULTIPLIER": "multiplier",
-    "HOOKLINE_MAX_BACKOFF": "max_backoff",
-    "HOOKLINE_JITTER": "jitter",
-    "HOOKLINE_MAX_ATTEMPTS": "max_attempts",
-    "HOOKLINE_MAX_AGE": "max_age",
-}
+def _read(variables: tuple[Variable, ...], env: Mapping[str, str]) -> dict[str, Any]:
+    """Each declared variable read by its own reader into the field it names."""
+    return {variable.field: variable.reader.read(env, variable.name)  # type: ignore[union-attr]
+            for variable in variables}
 
 
 def _retry_policy(env: Mapping[str, str]) -> RetryPolicy:
-    defaults = RetryPolicy()
-    values: dict[str, float | int] = {}
-    for variable, name in POLICY_VARIABLES.items():
-        if name == "max_attempts":
-            values[name] = _integer(env, variable, defaults.max_attempts, minimum=1)
-        else:
-            values[name] = _number(env, variable, getattr(defaults, name), minimum=-math.inf)
+    """The policy's variables read one by one, then checked together (``initial <= max``);
+    a refusal names the variable of the field it is about."""
     try:
-        return RetryPolicy(**values)  # type: ignore[arg-type]
+        return RetryPolicy(**_read(POLICY, env))
     except PolicyError as exc:
         named = [v for v, n in POLICY_VARIABLES.items() if str(exc).startswith(n)]
         prefix = named[0] if named else "HOOKLINE_* retry settings"
         raise ConfigError(f"{prefix}: {exc}") from None
 
 
-def _networks(env: Mapping[str, str], name: str) -> tuple[Network, ...]:
-    try:
-        return parse_networks(env.get(name) or "")
-    except ValueError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-
-
-def _address(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = (env.get(name) or "").strip()
-    if not raw:
-        return default
-    try:
-        return str(ipaddress.ip_address(raw.strip("[]")))
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} must be an IP address to listen on (e.g. "
-                          "127.0.0.1, or 0.0.0.0 for every interface)") from None
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name}={raw!r} must be true or false")
-
-
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
-    value = (env.get(name) or choices[0]).strip().lower()
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} must be one of {', '.join(choices)}")
-    return value
+def _redis_url(env: Mapping[str, str]) -> tuple[str, str]:
+    """Hookline's Redis and the variable it came from. ``HOOKLINE_REDIS_URL`` first: in a host
+    project ``REDIS_URL`` may name the host's own Redis (a cache that evicts keys, say), which
+    Hookline's state must not share."""
+    variable = "HOOKLINE_REDIS_URL" if env.get("HOOKLINE_REDIS_URL") else "REDIS_URL"
+    redis_url = env.get(variable) or DEFAULT_REDIS_URL
+    if not redis_url.startswith(("redis://", "rediss://", "unix://", sentinel.SCHEME,
+                                 *CLUSTER_SCHEMES)):
+        raise ConfigError(
+            f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss://, "
+            "unix://, sentinel:// (Redis Sentinel), or redis+cluster:// / rediss+cluster:// "
+            "(Redis Cluster)")
+    return variable, redis_url
 
 
 def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
     """``HOOKLINE_BROKER_URL`` (default: Hookline's Redis, whose URL is checked as such),
     refused unless its scheme is one of :data:`SUPPORTED_BROKER_SCHEMES` (the password never
     appears in the message)."""
-    url = (env.get("HOOKLINE_BROKER_URL") or "").strip()
+    url = raw(env, "HOOKLINE_BROKER_URL")
     if not url:
         return redis_url
     scheme = broker_scheme(url)
@@ -360,7 +245,7 @@ def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: s
         except ValueError as exc:
             raise ConfigError(f"{variable}={sentinel.shown(urls[variable] or '')!r}: {exc}"
                               ) from None
-    master = (env.get("HOOKLINE_SENTINEL_MASTER") or "").strip()
+    master = raw(env, "HOOKLINE_SENTINEL_MASTER")
     if named and not master:
         raise ConfigError(
             f"{' and '.join(named)} {'is a' if len(named) == 1 else 'are'} Redis Sentinel "
@@ -374,100 +259,39 @@ def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: s
         "sentinel_master": master,
         "sentinel_password": env.get("HOOKLINE_SENTINEL_PASSWORD") or "",
         "redis_wait_replicas": _wait_replicas(env, sentinel_in_use=bool(named)),
-        "redis_wait_timeout": _number(env, "HOOKLINE_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001,
-                                      maximum=60.0),
     }
 
 
 def _wait_replicas(env: Mapping[str, str], *, sentinel_in_use: bool) -> int:
     """HOOKLINE_REDIS_WAIT_REPLICAS: a number, or ``all`` (:data:`ALL_REPLICAS`: every
     replica the Sentinels see up), the default with a Sentinel URL; 0 without one."""
-    raw = (env.get("HOOKLINE_REDIS_WAIT_REPLICAS") or "").strip().lower()
-    if raw == "all" or (not raw and sentinel_in_use):
+    text = raw(env, "HOOKLINE_REDIS_WAIT_REPLICAS").lower()
+    if text == "all" or (not text and sentinel_in_use):
         if not sentinel_in_use:
             raise ConfigError("HOOKLINE_REDIS_WAIT_REPLICAS=all counts the replicas Redis "
                               "Sentinel sees: it needs a sentinel:// REDIS_URL or "
                               "HOOKLINE_BROKER_URL; give a number instead")
         return ALL_REPLICAS
-    return _integer(env, "HOOKLINE_REDIS_WAIT_REPLICAS", 0, maximum=100)
+    return Integer(0, maximum=100).read(env, "HOOKLINE_REDIS_WAIT_REPLICAS")
 
 
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the settings; raise :class:`ConfigError` naming the bad variable."""
     env = os.environ if env is None else env
-    # HOOKLINE_REDIS_URL first: in a host project REDIS_URL may name the host's own Redis (a
-    # cache that evicts keys, say), which Hookline's state must not share.
-    variable = "HOOKLINE_REDIS_URL" if env.get("HOOKLINE_REDIS_URL") else "REDIS_URL"
-    redis_url = env.get(variable) or "redis://127.0.0.1:6379/0"
-    if not redis_url.startswith(("redis://", "rediss://", "unix://", sentinel.SCHEME,
-                                 *CLUSTER_SCHEMES)):
-        raise ConfigError(
-            f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss://, "
-            "unix://, sentinel:// (Redis Sentinel), or redis+cluster:// / rediss+cluster:// "
-            "(Redis Cluster)")
-    log_format = env.get("HOOKLINE_LOG_FORMAT", "text").lower()
-    if log_format not in ("text", "json"):
-        raise ConfigError(f"HOOKLINE_LOG_FORMAT={log_format!r} must be 'text' or 'json'")
+    variable, redis_url = _redis_url(env)
     settings = Settings(
         redis_url=redis_url,
         broker_url=_broker_url(env, redis_url),
-        visibility_timeout=_number(env, "CELERY_VISIBILITY_TIMEOUT", 300.0, minimum=5.0,
-                                   maximum=WEEK),
-        heartbeat_interval=_number(env, "HOOKLINE_HEARTBEAT_INTERVAL", 2.0, minimum=0.05,
-                                   maximum=60.0),
-        liveness_window=_number(env, "HOOKLINE_LIVENESS_WINDOW", 6.0, minimum=0.2,
-                                maximum=3600.0),
-        runnable_attempts=_integer(env, "HOOKLINE_RUNNABLE_ATTEMPTS", 64, minimum=1,
-                                   maximum=100_000),
         retry_policy=_retry_policy(env),
-        retry_after_cap=_number(env, "HOOKLINE_RETRY_AFTER_CAP", 3600.0,
-                                maximum=MAX_BACKOFF_LIMIT),
-        connect_timeout=_number(env, "HOOKLINE_CONNECT_TIMEOUT", 5.0, minimum=0.1,
-                                maximum=MAX_CONNECT_TIMEOUT),
-        read_timeout=_number(env, "HOOKLINE_READ_TIMEOUT", 15.0, minimum=0.1,
-                             maximum=MAX_READ_TIMEOUT),
-        max_payload_bytes=_integer(env, "HOOKLINE_MAX_PAYLOAD_BYTES", 256 * 1024, minimum=1,
-                                   maximum=MAX_BYTES),
-        max_response_bytes=_integer(env, "HOOKLINE_MAX_RESPONSE_BYTES", 64 * 1024, minimum=0,
-                                    maximum=MAX_BYTES),
-        replay_horizon=_number(env, "HOOKLINE_REPLAY_HORIZON", 7 * 86400.0, maximum=YEAR),
-        max_unsettled_starts=_integer(env, "HOOKLINE_MAX_UNSETTLED_STARTS", 3, minimum=1,
-                                      maximum=100),
-        dlq_spool_path=env.get("HOOKLINE_DLQ_SPOOL", "hookline-dlq-spool.jsonl"),
-        dlq_retention=_number(env, "HOOKLINE_DLQ_RETENTION", 30 * 86400.0, maximum=10 * YEAR),
-        breaker_threshold=_integer(env, "HOOKLINE_BREAKER_THRESHOLD", 5, minimum=1),
-        breaker_cooldown=_number(env, "HOOKLINE_BREAKER_COOLDOWN", 30.0, minimum=0.1,
-                                 maximum=DAY),
-        breaker_max_cooldown=_number(env, "HOOKLINE_BREAKER_MAX_COOLDOWN", 600.0, minimum=0.1,
-                                     maximum=DAY),
-        allowed_networks=_networks(env, "HOOKLINE_ALLOWED_NETWORKS"),
-        https_only=_flag(env, "HOOKLINE_HTTPS_ONLY", False),
-        secret_overlap=_number(env, "HOOKLINE_SECRET_OVERLAP", 86400.0, maximum=30 * DAY),
-        schedule_max=_integer(env, "HOOKLINE_SCHEDULE_MAX", 1_000_000, minimum=1),
-        schedule_max_per_endpoint=_integer(env, "HOOKLINE_SCHEDULE_MAX_PER_ENDPOINT", 100_000,
-                                           minimum=1),
-        retry_queue_limit=_integer(env, "HOOKLINE_RETRY_QUEUE_LIMIT", 1000, minimum=1,
-                                   maximum=10**7),
-        releaser=_choice(env, "HOOKLINE_RELEASER", ("worker", "off")),
-        releaser_max_sleep=_number(env, "HOOKLINE_RELEASER_MAX_SLEEP", 1.0, minimum=0.01,
-                                   maximum=60.0),
-        events_flush_interval=_number(env, "HOOKLINE_EVENTS_FLUSH_INTERVAL", 0.1,
-                                      maximum=10.0),
-        task_sent_events=_flag(env, "HOOKLINE_TASK_SENT_EVENTS", False),
-        metrics_port=_port(env, "HOOKLINE_METRICS_PORT", 9808),
-        metrics_address=_address(env, "HOOKLINE_METRICS_ADDRESS", "127.0.0.1"),
-        metrics_max_endpoints=_integer(env, "HOOKLINE_METRICS_MAX_ENDPOINTS", 200),
-        log_format=log_format,
-        history_retention=(None if not env.get("HOOKLINE_HISTORY_RETENTION", "").strip() else
-                           _number(env, "HOOKLINE_HISTORY_RETENTION", 0.0, maximum=YEAR)),
-        history_attempts=_integer(env, "HOOKLINE_HISTORY_ATTEMPTS", 50, minimum=1,
-                                  maximum=10_000),
-        history_body_bytes=_integer(env, "HOOKLINE_HISTORY_BODY_BYTES", 256, minimum=0,
-                                    maximum=64 * 1024),
-        operational_endpoint=_endpoint_id(env, "HOOKLINE_OPERATIONAL_ENDPOINT"),
-        worker_imports=_module_names(env, "HOOKLINE_WORKER_IMPORTS"),
+        **_read(SETTINGS, env),
         **_sentinel_settings(env, variable, redis_url),
     )
+    _check_together(settings)
+    return _cluster_checked(env, variable, settings)
+
+
+def _check_together(settings: Settings) -> None:
+    """The rules that join two settings, each refusal naming both variables."""
     if settings.breaker_max_cooldown < settings.breaker_cooldown:
         raise ConfigError(
             f"HOOKLINE_BREAKER_MAX_COOLDOWN ({settings.breaker_max_cooldown:g}s) must be at "
@@ -484,30 +308,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             f"longest attempt ({settings.lease_seconds():g}s: connect + 2 x read timeout + "
             f"{LEASE_MARGIN:g}s), or a message still being sent is handed to a second worker"
         )
-    return _cluster_checked(env, variable, settings)
-
-
-_ENDPOINT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def _endpoint_id(env: Mapping[str, str], name: str) -> str | None:
-    value = (env.get(name) or "").strip()
-    if not value:
-        return None
-    if not _ENDPOINT_ID.match(value):
-        raise ConfigError(f"{name}={value[:80]!r} must be an endpoint id: a letter or digit, "
-                          "then up to 63 letters, digits, '_', '.' or '-'")
-    return value
-
-
-def _module_names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in (env.get(name) or "").split(",") if part.strip())
-    for module in names:
-        if not _MODULE_NAME.match(module):
-            raise ConfigError(f"{name}: {module[:80]!r} is not a dotted module name "
-                              "(e.g. myshop.webhook_signals)")
-    return names
 
 
 def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) -> Settings:
@@ -523,14 +323,14 @@ def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) 
             f"{named}: a Redis Cluster cannot be Celery's broker (kombu has no cluster "
             "transport); set HOOKLINE_BROKER_URL to a single Redis, a Sentinel-managed one or "
             "RabbitMQ")
-    waits = (env.get("HOOKLINE_REDIS_WAIT_REPLICAS") or "").strip()
+    waits = raw(env, "HOOKLINE_REDIS_WAIT_REPLICAS")
     if settings.state_is_cluster and waits not in ("", "0"):
         raise ConfigError(
             f"HOOKLINE_REDIS_WAIT_REPLICAS={waits!r}: {variable} names a Redis Cluster, whose "
             "writes Hookline does not wait for (WAIT applies to a Sentinel-managed Redis); "
             "unset it (a sentinel:// broker still waits for all its replicas) or set 0")
-    shards = _integer(env, "HOOKLINE_STATE_SHARDS",
-                      CLUSTER_SHARDS if settings.state_is_cluster else 1, minimum=1, maximum=256)
+    default = CLUSTER_SHARDS if settings.state_is_cluster else 1
+    shards = Integer(default, minimum=1, maximum=256).read(env, "HOOKLINE_STATE_SHARDS")
     if shards > 1 and settings.broker_is_state:
         raise ConfigError(
             f"HOOKLINE_STATE_SHARDS={shards} needs HOOKLINE_BROKER_URL apart from {variable}: "
@@ -538,24 +338,11 @@ def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) 
     return replace(settings, state_shards=shards)
 
 
-class _NamesRead(dict[str, str]):
-    """An empty environment that remembers every variable name asked of it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: set[str] = set()
-
-    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
-        self.names.add(key)
-        return default
-
-
 @functools.cache
 def setting_names() -> frozenset[str]:
-    """Every variable :func:`load_settings` reads, derived from the loader itself."""
-    names = _NamesRead()
-    load_settings(names)
-    return frozenset(names.names)
+    """Every variable :func:`load_settings` reads: the ones ``hookline.core.variables``
+    declares for the settings (a unit test checks the loader asks for exactly these)."""
+    return frozenset(variable.name for variable in (*CONNECTION, *POLICY, *SETTINGS))
 
 
 _configured: Settings | None = None

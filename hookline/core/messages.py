@@ -1,7 +1,7 @@
 """The wire contract between the processes that publish deliveries and the workers that run
 them: the task's name, its queues, its argument layout and the headers every delivery carries.
 
-A web process publishes by this name (``hookline.enqueue``), so it never imports the worker's
+A web process publishes by this name (``hookline.api.enqueue``), so it never imports the worker's
 task module; the broker's consume script reads the headers to hold back deliveries to held
 endpoints without a worker decoding the body. Pure: no Celery, no Redis.
 """

@@ -2,8 +2,8 @@
 
 They move only once the outcome they count is recorded in Redis (after settle, the dead-letter
 write, the parked retry). The gauges read from Redis at scrape time, and the servers, are in
-``hookline/gauges.py``. With the prefork pool the deliveries happen in child processes: set
-``PROMETHEUS_MULTIPROC_DIR`` to an empty directory of the worker's own and the server adds up
+``hookline/transport/gauges.py``. With the prefork pool the deliveries happen in child processes:
+set ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory of the worker's own and the server adds up
 every child's values (prometheus-client's multiprocess mode); the default threads pool needs
 none of that.
 
@@ -161,7 +161,7 @@ class EndpointLabels:
 def remove_series(endpoint_id: str) -> None:
     """Drop every series of ``endpoint_id`` from this process's metrics. (prometheus-client
     cannot remove a series in multiprocess mode: there the server leaves out the series of
-    endpoints no longer registered, see ``hookline.gauges``.)"""
+    endpoints no longer registered, see ``hookline.transport.gauges``.)"""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         return
     for metric, names in BY_ENDPOINT:

@@ -22,16 +22,16 @@ from typing import Any
 from hookline.core import metrics, redact
 from hookline.core.attempts import waiting_on_receiver
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
 from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
-from hookline.core.operational import OperationalEvent
+from hookline.core.operational_events import OperationalEvent
 from hookline.core.policy import Outcome, classify, parse_retry_after, retry_countdown
-from hookline.delivery import operational
+from hookline.delivery import reporting as operational
 from hookline.delivery.retries import dead_letter_scheduled
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint
-from hookline.store.gates import Admission, Gate, Settlement, Verdict
+from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
 
 #: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
@@ -157,7 +157,7 @@ class DeliveryEngine:
         endpoint's scheduled retries (default: ``retries.dead_letter_scheduled``).
     :param on_operational: called with each operational event (an endpoint disabled by a
         410, a dead letter, a breaker opened or closed; default:
-        ``hookline.delivery.operational.report``, which never raises).
+        ``hookline.delivery.reporting.report``, which never raises).
     """
 
     def __init__(self, gate: Gate | None = None, dlq: DeadLetterQueue | None = None, *,
@@ -174,12 +174,12 @@ class DeliveryEngine:
         self._report = on_operational or operational.report
 
     def attempt(self, request: DeliveryRequest, *, token: str,
-                unacked: tuple[str, bytes] | None = None) -> AttemptOutcome:
+                receipt: Receipt | None = None) -> AttemptOutcome:
         """One attempt of ``request``: the gate, the send, the settle and the decision.
 
-        ``unacked``: the message's record in the broker's unacked records, when the broker is
-        the gate's Redis (``hookline.unacked.held_record``): a delivered event's settle
-        removes it (``Gate.settle``), so a ``Finished("delivered")`` is acknowledged."""
+        ``receipt``: what acknowledges the message, when the transport folds that into the
+        settle (``hookline.transport.receipt``). Opaque here: it is handed to
+        ``Gate.settle`` as it is, and how the message is acknowledged is the transport's."""
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending",
@@ -226,7 +226,7 @@ class DeliveryEngine:
         if admission.transition:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
                       event_id=request.event_id)
-        return self._send(admission.endpoint, request, token, now, digest, admission, unacked)
+        return self._send(admission.endpoint, request, token, now, digest, admission, receipt)
 
     @staticmethod
     def _defer(request: DeliveryRequest, reason: str, countdown: float,
@@ -240,7 +240,7 @@ class DeliveryEngine:
     def _send(
         self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float,
         digest: str = "", admission: Admission | None = None,
-        unacked: tuple[str, bytes] | None = None,
+        receipt: Receipt | None = None,
     ) -> Finished | RetryDue:
         first_attempt_at = request.first_attempt_at or started
         # The body is fixed at publish: its timestamp is the publish time the message carries,
@@ -267,7 +267,7 @@ class DeliveryEngine:
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
         settlement = self._settle(endpoint, request, token, recorded, retry_after, record,
-                                  digest, admission.redis_now_ms() if admission else 0, unacked)
+                                  digest, admission.redis_now_ms() if admission else 0, receipt)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if settlement.fenced:
             # This process was declared dead during the attempt: its message went to another
@@ -304,11 +304,11 @@ class DeliveryEngine:
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
                 retry_after: float | None, record: AttemptRecord, digest: str = "",
-                now_ms: int = 0, unacked: tuple[str, bytes] | None = None) -> Settlement:
+                now_ms: int = 0, receipt: Receipt | None = None) -> Settlement:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
                                       record=record, digest=digest, now_ms=now_ms,
-                                      unacked=unacked)
+                                      receipt=receipt)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)

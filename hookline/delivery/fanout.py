@@ -21,21 +21,17 @@ grow by one or two per batch, not one per endpoint.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
 from typing import Any
 
-from kombu.utils.json import dumps as json_dumps
-from kombu.utils.uuid import uuid
-
 from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
-from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME, TASK_NAME, shown_args, stamped
-from hookline.delivery.publisher import celery_app, publish
+from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME, shown_args
+from hookline.delivery.publisher import celery_app, enqueue_delivery
 from hookline.store.fanouts import FanoutLog, PublishedEvent
-from hookline.store.schedule import build_message
+from hookline.transport.envelope import DeliveryMessages
 
 #: Deliveries enqueued per batch (one recorded step of the cursor).
 FANOUT_BATCH = 500
@@ -120,60 +116,6 @@ def _push_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size:
     return enqueued
 
 
-#: Stand-ins for what differs from one delivery's message to the next (JSON-safe text).
-_TASK_ID, _ENDPOINT, _ARGSREPR, _TAG, _BODY = (f"@@hookline-{name}@@" for name in
-                                               ("task-id", "endpoint", "argsrepr", "tag", "body"))
-
-
-class DeliveryMessages:
-    """The broker messages of one event's deliveries, as kombu's Redis transport writes them
-    (``hookline.store.schedule.build_message``). Celery builds one; the others differ only in
-    the endpoint, the task id, ``argsrepr``, the delivery tag and the body's first argument,
-    so they are that message's JSON text with those filled in: a tenth of building each one
-    through Celery."""
-
-    def __init__(self, app: Any, event: PublishedEvent, payload: Any, size: int) -> None:
-        self.event, self.size, self.app, self.payload = event, size, app, payload
-        # An id or type holding a stand-in's text would be filled in too: build those whole.
-        self.whole = "@@hookline-" in event.event_id + event.event_type
-        self.kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline})
-        template = json.loads(build_message(
-            app, task_name=TASK_NAME, task_id=_TASK_ID, args=(_ENDPOINT, event.event_type, payload),
-            kwargs=self.kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR))
-        _args, kwargs, embed = json.loads(base64.b64decode(template["body"]))
-        # The body: [[endpoint id, type, payload], kwargs, embed], the endpoint id put in front.
-        self.body_tail = json_dumps([event.event_type, payload])[1:] + ", " + json_dumps(
-            kwargs) + ", " + json_dumps(embed) + "]"
-        template["body"] = _BODY
-        template["headers"]["hookline_endpoint"] = _ENDPOINT
-        template["properties"]["delivery_tag"] = _TAG
-        self.text = str(json_dumps(template))
-        for stand_in in (_TASK_ID, _ENDPOINT, _ARGSREPR, _TAG, _BODY):
-            if f'"{stand_in}"' not in self.text:  # a Celery that lays messages out otherwise
-                raise RuntimeError(f"fan-out message template lacks {stand_in}")
-
-    def build(self, endpoint_id: str) -> str:
-        task_id = f"{endpoint_id}/{self.event.event_id}"
-        argsrepr = shown_args(endpoint_id, self.event.event_type, None, size=self.size)
-        if self.whole:
-            return build_message(
-                self.app, task_name=TASK_NAME, task_id=task_id,
-                args=(endpoint_id, self.event.event_type, self.payload), kwargs=self.kwargs,
-                retries=0, queue=DELIVERY_QUEUE, argsrepr=argsrepr)
-        body = f"[[{json_dumps(endpoint_id)}, {self.body_tail}"
-        return (self.text
-                .replace(_TASK_ID, _json_text(task_id))
-                .replace(_ENDPOINT, endpoint_id)  # [A-Za-z0-9_.-]: JSON-safe as it is
-                .replace(_ARGSREPR, _json_text(argsrepr))
-                .replace(_TAG, uuid())
-                .replace(_BODY, base64.b64encode(body.encode()).decode()))
-
-
-def _json_text(text: str) -> str:
-    """``text`` as the inside of a JSON string."""
-    return json.dumps(text)[1:-1]
-
-
 def _publish_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int,
                      batch: int) -> int:
     total, cursor, enqueued = len(event.receivers), event.cursor, 0
@@ -193,6 +135,6 @@ def _enqueue_batch(producer: Any, event: PublishedEvent, endpoint_ids: tuple[str
         for endpoint_id in endpoint_ids:
             # The task id names the delivery (endpoint and event): Flower shows one per
             # endpoint; the event id (the webhook-id) is the task's event_id.
-            publish((endpoint_id, event.event_type, payload), kwargs,
-                    task_id=f"{endpoint_id}/{event.event_id}", producer=producer,
-                    argsrepr=shown_args(endpoint_id, event.event_type, None, size=size))
+            enqueue_delivery((endpoint_id, event.event_type, payload), kwargs,
+                             task_id=f"{endpoint_id}/{event.event_id}", producer=producer,
+                             argsrepr=shown_args(endpoint_id, event.event_type, None, size=size))

@@ -1,22 +1,16 @@
 """Publishing deliveries by task name, from any process: a web request's ``send_webhook``, the
 ``deliver`` handle, a replay.
 
-The Celery instance here only publishes. It is never the process's current app
-(``set_as_current=False``), so a host's own Celery app and ``@shared_task`` tasks are left
-alone, and it never imports the worker's task module: the message names the task
+They go through the transport's publishing app (``hookline.transport.app.celery_app``: it
+only publishes, and is never the process's current app); the message names the task
 (``hookline.deliver``) and the worker that consumes it knows the rest.
 """
 
 from __future__ import annotations
 
-import threading
+import uuid
 from typing import Any
 
-from celery import Celery
-from kombu.exceptions import EncodeError
-from kombu.utils.uuid import uuid
-
-from hookline.core.config import Settings, settings
 from hookline.core.event import MAX_KEPT_DEPTH, MalformedEvent, nested_deeper_than
 from hookline.core.messages import (
     DELIVERY_QUEUE,
@@ -24,50 +18,22 @@ from hookline.core.messages import (
     delivery_headers,
     stamped,
 )
-from hookline.delivery.amqp import AMQP_CLASS
+from hookline.transport.app import celery_app, claims_on_publish
+from hookline.transport.errors import EncodeError
 
-_lock = threading.Lock()
-_app: tuple[Settings, Celery] | None = None
-
-
-def celery_app() -> Celery:
-    """This process's publishing app, built on first use from ``hookline.celeryconfig`` (and
-    again if the settings were reconfigured in this process)."""
-    global _app
-    config = settings()
-    current = _app
-    if current is not None and current[0] is config:
-        return current[1]
-    with _lock:
-        if _app is None or _app[0] is not config:
-            from hookline import celeryconfig
-
-            built = Celery("hookline", set_as_current=False, fixups=[], amqp=AMQP_CLASS)
-            built.config_from_object(celeryconfig)
-            built.conf.update(celeryconfig.broker_settings(config))
-            # The previous app is dropped, not closed: its connection pool is kombu's pool for
-            # that broker URL, shared by every app in the process that uses the same URL.
-            _app = (config, built)
-        return _app[1]
+__all__ = ["DeliverHandle", "celery_app", "claims_on_publish", "deliver", "enqueue_delivery"]
 
 
-def claims_on_publish() -> bool:
-    """Whether a publish can claim the event id itself (``hookline_claim``): the broker is
-    Hookline's Redis transport on Hookline's own Redis, so claim and push are one script."""
-    config = settings()
-    transport = str(celery_app().conf.broker_transport or "")
-    return transport.startswith("hookline.broker:") and config.broker_is_state
-
-
-def publish(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = None, *,
-            task_id: str | None = None, queue: str = DELIVERY_QUEUE, **options: Any) -> Any:
+def enqueue_delivery(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = None,
+                     *, task_id: str | None = None, queue: str = DELIVERY_QUEUE,
+                     **options: Any) -> Any:
     """Publish one delivery task; returns Celery's ``AsyncResult`` (``.id``: the task id).
 
     ``kwargs`` get the publish time (``enqueued_at``); the headers name the endpoint and event
     for the broker's consume script; Flower shows the payload's size, not its content."""
-    task_id = task_id or uuid()
+    task_id = task_id or str(uuid.uuid4())
     kwargs = stamped(dict(kwargs or {}))
-    args = tuple(args)  # argsrepr/kwargsrepr (the payload's size): hookline.delivery.amqp
+    args = tuple(args)  # argsrepr/kwargsrepr (the payload's size): hookline.transport.amqp
     headers = {**options.pop("headers", {}), **delivery_headers(args, kwargs, task_id)}
     return celery_app().send_task(TASK_NAME, args=args, kwargs=kwargs, task_id=task_id,
                                   queue=queue, headers=headers, **options)
@@ -103,7 +69,7 @@ class DeliverHandle:
             raise MalformedEvent("payload", f"payload is nested deeper than {MAX_KEPT_DEPTH} "
                                             "levels: it cannot be encoded for the queue")
         try:
-            return publish(args, kwargs, **options)
+            return enqueue_delivery(args, kwargs, **options)
         except EncodeError as exc:
             raise MalformedEvent("payload", f"the delivery's arguments cannot be encoded as "
                                             f"JSON for the queue: {exc}") from None

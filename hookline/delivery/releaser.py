@@ -9,15 +9,15 @@ import time
 from typing import Any
 
 import redis
-from kombu.exceptions import KombuError
 
 from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.fanout import sweep_fanouts
-from hookline.delivery.rabbitmq import BrokerUnavailable, RabbitBroker
 from hookline.store.connection import redis_for
 from hookline.store.schedule import RetrySchedule
+from hookline.transport.errors import KombuError
+from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
 
 #: Seconds a releaser waits after Redis or the broker failed before it looks again.
 FAILURE_PAUSE = 1.0

@@ -15,11 +15,13 @@ from hookline.core.event import INVALID_ENDPOINT, validate_event
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME
 from hookline.core.policy import parse_rate
-from hookline.delivery.publisher import celery_app, publish
+from hookline.delivery.publisher import celery_app, enqueue_delivery
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.schedule import RetrySchedule, ScheduleFull, build_message
+from hookline.store.schedule import RetrySchedule, ScheduleFull
 
 #: A replay of more entries than this is throttled even without an explicit rate.
+from hookline.transport.envelope import build_message
+
 THROTTLE_ABOVE = 100
 #: The rate (per endpoint) of a throttled replay when none is given.
 DEFAULT_REPLAY_RATE = "10/s"
@@ -139,8 +141,8 @@ def _published(entry: DeadLetter) -> float | None:
 
 
 def _enqueue(entry: DeadLetter) -> None:
-    publish((entry.endpoint_id, entry.event_type, entry.payload),
-            {"event_id": entry.event_id, "enqueued_at": _published(entry)})
+    enqueue_delivery((entry.endpoint_id, entry.event_type, entry.payload),
+                     {"event_id": entry.event_id, "enqueued_at": _published(entry)})
 
 
 def _park(entry: DeadLetter, countdown: float) -> None:

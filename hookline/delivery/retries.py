@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-import uuid
 from typing import Any
 
 from hookline.core import metrics, redact
+from hookline.core.endpoint import Endpoint
 from hookline.core.event import (
     ENDPOINT_ID_PATTERN,
     INVALID_ENDPOINT,
@@ -25,10 +25,11 @@ from hookline.core.identity import publish_time
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
 from hookline.core.policy import parse_rate
-from hookline.delivery import operational
+from hookline.delivery import reporting
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
-from hookline.store.schedule import RetrySchedule, build_message
+from hookline.store.endpoints import PAUSE_PARK, EndpointRegistry
+from hookline.store.schedule import RetrySchedule
+from hookline.transport.envelope import build_message
 
 
 def park(celery_app: Any, schedule: RetrySchedule, *, task_id: str, args: list[Any],
@@ -77,7 +78,7 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
     if valid_id:
-        operational.report(operational.dead_lettered(
+        reporting.report(reporting.dead_lettered(
             entry.endpoint_id, entry.event_id, entry.event_type, reason,
             attempts=entry.attempts, first_attempt_at=entry.first_attempt_at))
     log_event("delivery.dead_lettered", level=level, endpoint_id=entry.endpoint_id,
@@ -124,7 +125,7 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
 
         announce.dead_lettered((retry.task_id, reason) for retry in retries)
         for retry in retries:
-            operational.report(operational.dead_lettered(
+            reporting.report(reporting.dead_lettered(
                 retry.endpoint_id, retry.event_id, retry.event_type, reason,
                 attempts=retry.attempts, first_attempt_at=retry.first_attempt_at))
     return len(retries)
@@ -139,7 +140,7 @@ def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
     was = registry.require(endpoint_id)
     saved = registry.disable(endpoint_id, reason)
     if was.enabled:
-        operational.report(operational.endpoint_disabled(
+        reporting.report(reporting.endpoint_disabled(
             endpoint_id, reason="operator", detail=reason, since=saved.updated_at))
     dead_letter_scheduled(endpoint_id, "endpoint_disabled")
     return saved
@@ -194,36 +195,3 @@ def remove_endpoint(registry: EndpointRegistry, endpoint_id: str) -> None:
     """Forget an endpoint; its scheduled retries go to the dead-letter queue now."""
     registry.remove(endpoint_id)
     dead_letter_scheduled(endpoint_id, "endpoint_removed")
-
-
-#: Raw body text kept in the dead letter.
-RAW_BODY_LIMIT = 4096
-
-
-def dead_letter_raw(message: Any, problem: str) -> None:
-    """Keep an unusable broker message in the dead-letter queue; never raises."""
-    headers = getattr(message, "headers", None) or {}
-    body = getattr(message, "body", b"")
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-    dead_letter_text(text, problem, task_id=headers.get("id"), task_name=headers.get("task"))
-
-
-def dead_letter_text(text: str, problem: str, *, task_id: Any = None,
-                     task_name: Any = None) -> bool:
-    """Keep the raw text of an unusable message in the dead-letter queue; never raises.
-
-    Returns whether it was kept (False when Redis refused it: the caller keeps the text)."""
-    try:
-        event_id = str(task_id or f"raw-{uuid.uuid4()}")[:200]
-        DeadLetterQueue().add(DeadLetter(
-            endpoint_id="invalid", event_id=event_id, event_type=str(task_name or ""),
-            payload=text[:RAW_BODY_LIMIT], reason="malformed",
-            last_error=redact.text(problem)[:500],
-            detail="a message on the queue that is not a valid Hookline task",
-        ))
-        log_event("delivery.dead_lettered", level=logging.ERROR, endpoint_id="invalid",
-                  event_id=event_id, reason="malformed", error=problem[:200])
-        return True
-    except Exception:  # the consumer must go on whatever happens here
-        logging.getLogger("hookline").exception("could not dead-letter an unusable message")
-        return False

@@ -34,10 +34,10 @@ from urllib3.exceptions import (
 
 from hookline import __version__
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
 from hookline.core.headers import is_owned
 from hookline.core.ssrf import TargetRefused
 from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline, status_of
-from hookline.store.endpoints import Endpoint
 
 USER_AGENT = f"hookline/{__version__}"
 _local = threading.local()

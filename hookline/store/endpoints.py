@@ -1,40 +1,37 @@
-"""The endpoint registry: where each subscriber's webhooks go and how they are signed.
+"""The endpoint registry: endpoints (``hookline.core.endpoint``) kept in Redis.
 
 One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids, and for an
 endpoint of an application, a set of that application's endpoint ids
 (``hookline:{app:<id>}:endpoints``). Secrets live only here; tasks carry the endpoint id, never
-its URL or secret.
+its URL or secret. Every field is checked on its way in (``hookline.core.endpoint_validation``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
-import secrets as random_secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from hookline.core import redact
-from hookline.core.config import MAX_READ_TIMEOUT, settings
-from hookline.core.errors import InvalidField
-from hookline.core.event import check_endpoint_id, check_text
-from hookline.core.headers import masked, merge_headers
-from hookline.core.policy import PolicyError, RetryPolicy, parse_rate
-from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
-from hookline.core.subscriptions import (
-    MAX_ENDPOINT_CHANNELS,
-    SubscriptionError,
-    check_app_id,
-    parse_channels,
-    parse_filters,
-    subscribed,
-    unknown_filters,
+from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint, EndpointError, UnknownEndpoint, generate_secret
+from hookline.core.endpoint_validation import (
+    check_target,
+    validate_burst,
+    validate_endpoint_id,
+    validate_headers,
+    validate_max_in_flight,
+    validate_policy_override,
+    validate_rate,
+    validate_reason,
+    validate_secret,
+    validate_subscription,
+    validate_timeout,
+    validate_url,
 )
-from hookline.core.target import check_endpoint_url, parse_target
+from hookline.core.subscriptions import SubscriptionError, check_app_id, subscribed, unknown_filters
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.apps import unknown_app_message
@@ -42,11 +39,6 @@ from hookline.store.catalog import EventCatalog
 
 #: Names given as a comma-separated string or a sequence (event filters, channels).
 Names = str | Sequence[str] | None
-SECRET_PREFIX = "whsec_"
-#: Longest reason given for disabling an endpoint, characters.
-MAX_REASON_LENGTH = 200
-#: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
-MAX_TIMEOUT = MAX_READ_TIMEOUT
 #: How far ahead a paused endpoint's deliveries are parked, seconds (piece_held.lua's
 #: PAUSE_PARK_MS): a month, longer than any backoff, Retry-After or cool-down can park one
 #: (``hookline.core.policy.MAX_BACKOFF_LIMIT``), so resume knows the parked-for-the-pause ones
@@ -54,327 +46,6 @@ MAX_TIMEOUT = MAX_READ_TIMEOUT
 PAUSE_PARK = 30 * 86400.0
 #: Pause periods kept on an endpoint (for the age limit, which leaves paused time out).
 PAUSES_KEPT = 50
-
-
-class EndpointError(InvalidField):
-    """Bad endpoint input; the message says what to fix (and :attr:`field` names the field,
-    ``endpoint`` when it is the endpoint as a whole)."""
-
-    def __init__(self, message: str, field: str = "endpoint") -> None:
-        super().__init__(field, message)
-
-
-class UnknownEndpoint(EndpointError):
-    def __init__(self, endpoint_id: str) -> None:
-        super().__init__(f"no endpoint {endpoint_id!r}: add it with 'hookline endpoint add'")
-        self.endpoint_id = endpoint_id
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """A receiver of webhooks.
-
-    :param id: the name tasks use, ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``.
-    :param url: where events are POSTed (http or https).
-    :param secrets: signing secrets, newest first; each one still valid signs every request
-        (Standard Webhooks allows several signatures), so a receiver can rotate without loss.
-    :param secret_expiry: when an old secret stops signing (Unix seconds), after a rotation.
-    :param enabled: False stops all sends (events go to the dead-letter queue).
-    :param timeout: read timeout in seconds, or None for ``HOOKLINE_READ_TIMEOUT``.
-    :param retry_policy: overrides of the global retry policy's fields.
-    :param rate: the most requests per time this receiver accepts from all workers together
-        (``50/s``, ``3000/m``), or None for no limit.
-    :param burst: how many requests may go out back to back before the rate spaces them;
-        None for the default, 100 ms worth of requests (at least 1), which also lets the limiter
-        absorb a worker's scheduling delays without losing throughput.
-    :param headers: extra request headers (name -> value), sent on every request; values are
-        kept like secrets (masked in :meth:`public`).
-    :param paused_at: Unix seconds (Redis time) since when the endpoint is paused, or None.
-    :param pauses: the latest ended pauses, ((start, end), ...) in Unix seconds.
-    :param app: the application it belongs to (``hookline.publish`` reaches it), or None.
-    :param event_types: its event-type filter (``order.created``, ``order.*``); empty: every
-        type (``hookline.core.subscriptions``).
-    :param channels: the channels it listens to; empty: no channel filter.
-    :param max_in_flight: the most attempts in flight to it at once across all workers (a hard
-        cap that protects its receiver), or None for no cap beyond its fair share of the slots.
-    """
-
-    id: str
-    url: str
-    secrets: tuple[str, ...]
-    secret_expiry: Mapping[str, float] = field(default_factory=dict)
-    enabled: bool = True
-    disabled_reason: str = ""
-    timeout: float | None = None
-    retry_policy: Mapping[str, Any] = field(default_factory=dict)
-    rate: str | None = None
-    burst: int | None = None
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)  # may be credentials
-    paused_at: float | None = None
-    pauses: tuple[tuple[float, float], ...] = ()
-    app: str | None = None
-    event_types: tuple[str, ...] = ()
-    channels: tuple[str, ...] = ()
-    max_in_flight: int | None = None
-
-    @property
-    def paused(self) -> bool:
-        return self.paused_at is not None
-
-    def paused_seconds(self, since: float, until: float) -> float:
-        """Seconds of [since, until] the endpoint was paused (the age limit leaves them out)."""
-        periods = [*self.pauses, *([(self.paused_at, until)] if self.paused_at else [])]
-        return sum(max(0.0, min(end, until) - max(start, since)) for start, end in periods)
-
-    def subscribes_to(self, event_type: str, channels: tuple[str, ...] | list[str]) -> bool:
-        """Whether a published event of this type with these channels is for this endpoint."""
-        return subscribed(self.event_types, self.channels, event_type, channels)
-
-    def policy(self) -> RetryPolicy:
-        return settings().retry_policy.replace(self.retry_policy)
-
-    def read_timeout(self) -> float:
-        return self.timeout if self.timeout is not None else settings().read_timeout
-
-    def effective_burst(self) -> int:
-        if self.burst is not None:
-            return self.burst
-        if not self.rate:
-            return 1
-        return max(1, math.ceil(0.1 / parse_rate(self.rate)))
-
-    def signing_secrets(self, now: float | None = None) -> tuple[str, ...]:
-        """The secrets that sign a request sent at ``now``: expired ones are left out."""
-        now = time.time() if now is None else now
-        return tuple(s for s in self.secrets if self.secret_expiry.get(s, math.inf) > now)
-
-    def to_hash(self) -> dict[str, str]:
-        return {
-            "url": self.url,
-            "secrets": json.dumps([[s, self.secret_expiry.get(s)] for s in self.secrets]),
-            "enabled": "1" if self.enabled else "0",
-            "disabled_reason": self.disabled_reason,
-            "timeout": "" if self.timeout is None else repr(self.timeout),
-            "retry_policy": json.dumps(dict(self.retry_policy)),
-            "rate": self.rate or "",
-            # What the admit script reads: milliseconds between requests, 0 for no limit.
-            "rate_interval_ms": repr(parse_rate(self.rate) * 1000) if self.rate else "0",
-            "burst": "" if self.burst is None else str(self.burst),
-            "rate_burst": str(self.effective_burst()),
-            "created_at": repr(self.created_at),
-            "updated_at": repr(self.updated_at),
-            "headers": json.dumps(dict(self.headers)),
-            # paused_at and pauses are written by pause_endpoint.lua only, never here: saving
-            # an endpoint read before a pause must not undo it.
-            "app": self.app or "",
-            "event_types": json.dumps(list(self.event_types)),
-            "channels": json.dumps(list(self.channels)),
-            # Read by admit.lua and consume.lua: 0 for no cap. (inflight and waiting, the
-            # counts beside it, are the scripts' own: never written here.)
-            "max_in_flight": str(self.max_in_flight or 0),
-        }
-
-    @classmethod
-    def from_hash(cls, endpoint_id: str, data: Mapping[str, str]) -> Endpoint:
-        timeout = data.get("timeout") or ""
-        stored = [item if isinstance(item, list) else [item, None]
-                  for item in json.loads(data.get("secrets") or "[]")]
-        return cls(
-            id=endpoint_id,
-            url=data["url"],
-            secrets=tuple(secret for secret, _ in stored),
-            secret_expiry={secret: float(until) for secret, until in stored if until},
-            enabled=data.get("enabled", "1") == "1",
-            disabled_reason=data.get("disabled_reason", ""),
-            timeout=float(timeout) if timeout else None,
-            retry_policy=json.loads(data.get("retry_policy") or "{}"),
-            rate=data.get("rate") or None,
-            burst=int(data["burst"]) if data.get("burst") else None,
-            created_at=float(data.get("created_at") or 0),
-            updated_at=float(data.get("updated_at") or 0),
-            headers=json.loads(data.get("headers") or "{}"),
-            paused_at=int(data["paused_at"]) / 1000.0 if data.get("paused_at") else None,
-            pauses=tuple((start / 1000.0, end / 1000.0)
-                         for start, end in json.loads(data.get("pauses") or "[]")),
-            app=data.get("app") or None,
-            event_types=tuple(json.loads(data.get("event_types") or "[]")),
-            channels=tuple(json.loads(data.get("channels") or "[]")),
-            max_in_flight=int(data.get("max_in_flight") or 0) or None,
-        )
-
-    def public(self) -> dict[str, Any]:
-        """Everything but the secrets, which are masked, and the URL's credentials and tokens,
-        redacted: safe for listings and logs."""
-        return {
-            "id": self.id,
-            "url": redact.url(self.url),
-            "enabled": self.enabled,
-            "disabled_reason": self.disabled_reason or None,
-            "timeout": self.timeout,
-            "retry_policy": dict(self.retry_policy),
-            "rate": self.rate,
-            "max_in_flight": self.max_in_flight,
-            "burst": self.effective_burst() if self.rate else None,
-            "secrets": [mask_secret(s) for s in self.secrets],
-            "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "headers": masked(self.headers),
-            "paused": self.paused,
-            "paused_at": self.paused_at,
-            "app": self.app,
-            "event_types": list(self.event_types),
-            "channels": list(self.channels),
-        }
-
-
-def mask_secret(secret: str) -> str:
-    return SECRET_PREFIX + "..." + ("*" * 4)
-
-
-def generate_secret() -> str:
-    return SECRET_PREFIX + base64.b64encode(random_secrets.token_bytes(32)).decode()
-
-
-def validate_endpoint_id(endpoint_id: str) -> str:
-    """``endpoint_id`` if valid (:func:`hookline.core.event.check_endpoint_id`)."""
-    try:
-        return check_endpoint_id(endpoint_id)
-    except InvalidField as exc:
-        raise EndpointError(str(exc), exc.field) from None
-
-
-def validate_url(url: str) -> str:
-    """``url`` if well formed, as the sender will parse it (:mod:`hookline.core.target`)."""
-    try:
-        return parse_target(url).url
-    except InvalidField as exc:
-        raise EndpointError(str(exc), exc.field) from None
-
-
-def check_target(url: str, *, resolve: Resolver = system_resolve) -> str:
-    """Refuse a URL the SSRF guard would refuse at send time: http when HOOKLINE_HTTPS_ONLY
-    is set, a name that can never be public (``localhost``, ``*.local``, ...), a private,
-    loopback, link-local or other non-public address, or a name resolving to one. A name that
-    does not resolve now is accepted: it is checked again at every send."""
-    config = settings()
-    try:
-        target = check_endpoint_url(url, allowed=config.allowed_networks,
-                                    https_only=config.https_only)
-    except InvalidField as exc:
-        raise EndpointError(str(exc), exc.field) from None
-    try:
-        pin_address(target.host, target.port, config.allowed_networks, resolve=resolve)
-    except TargetRefused as refused:
-        raise EndpointError(f"url refused: {refused}", "url") from None
-    except OSError:
-        pass  # DNS may be down now; every send checks again
-    return url
-
-
-def validate_reason(reason: str) -> str:
-    """Why an endpoint is disabled: shown in listings, dead letters and log lines."""
-    try:
-        return check_text("reason", reason, limit=MAX_REASON_LENGTH)
-    except InvalidField as exc:
-        raise EndpointError(str(exc), exc.field) from None
-
-
-def validate_secret(secret: str) -> str:
-    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64",
-                            "secret")
-    encoded = secret[len(SECRET_PREFIX) :]
-    try:
-        # Pad to a multiple of 4 only: strict decoding rejects padding beyond that.
-        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise EndpointError("the secret after 'whsec_' is not valid base64", "secret") from None
-    if not 24 <= len(raw) <= 64:
-        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}",
-                            "secret")
-    return secret
-
-
-def validate_timeout(timeout: float | None) -> float | None:
-    if timeout is None:
-        return None
-    longest = settings().longest_read_timeout()
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
-            0.1 <= timeout <= longest):
-        raise EndpointError(
-            f"timeout {timeout!r} must be between 0.1 and {longest:g} seconds (at most "
-            f"{MAX_TIMEOUT:g}, and an attempt must end within CELERY_VISIBILITY_TIMEOUT)",
-            "timeout")
-    return float(timeout)
-
-
-#: Largest burst: beyond this a "rate limit" no longer limits much.
-MAX_BURST = 10_000
-
-
-def validate_rate(rate: str | None) -> str | None:
-    """A rate such as ``50/s`` in canonical form; None or ``none`` for no limit."""
-    if rate is None or str(rate).strip().lower() in ("", "none"):
-        return None
-    try:
-        parse_rate(rate)
-    except PolicyError as exc:
-        raise EndpointError(str(exc), "rate") from None
-    return str(rate).strip()
-
-
-def validate_burst(burst: int) -> int:
-    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BURST:
-        raise EndpointError(f"burst {burst!r} must be an integer from 1 to {MAX_BURST}", "burst")
-    return burst
-
-
-#: The largest --max-in-flight accepted.
-MAX_IN_FLIGHT = 100_000
-
-
-def validate_max_in_flight(value: int | None) -> int | None:
-    """A hard cap on attempts in flight (None: none; 0 is accepted by update, to remove it)."""
-    if value is None:
-        return None
-    if (isinstance(value, bool) or not isinstance(value, int)
-            or not 0 <= value <= MAX_IN_FLIGHT):
-        raise EndpointError(f"max_in_flight {value!r} must be an integer from 1 to "
-                            f"{MAX_IN_FLIGHT} (0 to remove the cap)", "max_in_flight")
-    return value or None
-
-
-def validate_headers(current: Mapping[str, str], added: Any = (), removed: Any = ()
-                     ) -> dict[str, str]:
-    """``current`` headers with ``removed`` names taken out and ``added`` (name, value) pairs
-    set, each checked (:mod:`hookline.core.headers`); the error never quotes a value."""
-    if isinstance(added, Mapping):
-        added = list(added.items())
-    try:
-        return merge_headers(current, added, removed)
-    except InvalidField as exc:
-        raise EndpointError(str(exc), exc.field) from None
-
-
-def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        settings().retry_policy.replace(overrides)
-    except PolicyError as exc:
-        raise EndpointError(f"invalid retry policy: {exc}", "retry_policy") from None
-    return dict(overrides)
-
-
-def validate_subscription(event_types: Any, channels: Any) -> tuple[tuple[str, ...],
-                                                                      tuple[str, ...]]:
-    """An endpoint's event-type filter and channels, checked (None: none)."""
-    try:
-        return (parse_filters(event_types),
-                parse_channels(channels, limit=MAX_ENDPOINT_CHANNELS))
-    except SubscriptionError as exc:
-        raise EndpointError(str(exc), exc.field) from None
 
 
 class UnknownApp(EndpointError):
@@ -669,7 +340,6 @@ class EndpointRegistry:
         if not script(keys=[key], args=flat):
             raise UnknownEndpoint(endpoint.id)
         return endpoint
-
 
 
 def registered_ids(redis_client: Any) -> list[str]:

@@ -21,14 +21,14 @@ import enum
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.delivery import delivered
-from hookline.store.endpoints import Endpoint
 from hookline.store.history import (
     OUTCOME_LETTERS,
     RECENT_ATTEMPTS,
@@ -81,8 +81,25 @@ class Settlement:
     held_lease: bool
     transition: str = ""
     #: The outcome was refused, nothing written: the message had been restored to another
-    #: worker (this process was declared dead meanwhile, hookline/liveness.py).
+    #: worker (this process was declared dead meanwhile, hookline/transport/liveness.py).
     fenced: bool = False
+
+
+class Receipt(Protocol):
+    """What acknowledges the broker message an attempt runs for, folded into its settle: the
+    transport's (``hookline.transport.receipt``), opaque to the engine and to the gate. The
+    gate appends its keys and arguments to settle.lua's (KEYS[5], ARGV[19] and ARGV[20]:
+    the fence and the acknowledgement on delivery, see the script) and tells it how the
+    settle went, so the outcome and the acknowledgement are one atomic step."""
+
+    def settle_keys(self) -> list[str]:
+        """The keys settle.lua takes after its own."""
+
+    def settle_args(self, outcome: str) -> list[Any]:
+        """The arguments it takes after its own, for ``outcome``."""
+
+    def after_settle(self, outcome: str, *, fenced: bool) -> None:
+        """The settle of ``outcome`` ran (``fenced``: it was refused, nothing written)."""
 
 
 @dataclass(frozen=True)
@@ -189,7 +206,7 @@ class Gate:
         record: AttemptRecord | None = None,
         digest: str = "",
         now_ms: int = 0,
-        unacked: tuple[str, bytes] | None = None,
+        receipt: Receipt | None = None,
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
@@ -197,19 +214,18 @@ class Gate:
         ``record`` goes into the event's attempt history and the endpoint's recent record.
         ``digest``: the event's content digest, kept as long as the done marker on delivery.
         ``now_ms``: Redis time now (:meth:`Admission.redis_now_ms`), 0 to read it in the script.
-        ``unacked``: ``(records key, member)`` of the message in the broker's unacked records
-        (``hookline.unacked.held_record``) when the broker is this Redis: the fence (an
-        outcome for a message restored to another worker is refused: ``fenced``), and a
-        delivered outcome removes it in the same step (the message's acknowledgement).
+        ``receipt``: what acknowledges the attempt's message, when the transport folds that
+        into the settle (:class:`Receipt`): an outcome for a message restored to another
+        worker is refused (``fenced``), and a delivered one acknowledges it in the same step.
         """
         config = settings()
-        ack = [unacked[0]] if unacked else []
         held, transition, fenced = store.call_script(
             self._settle,
             keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
                   # the doorbell only where the broker is this Redis (one slot otherwise)
                   _DELIVERY_DOORBELL if config.broker_is_state
-                  else keys.endpoint_key(endpoint_id), *ack],
+                  else keys.endpoint_key(endpoint_id),
+                  *(receipt.settle_keys() if receipt is not None else ())],
             args=[
                 token,
                 outcome,
@@ -229,10 +245,11 @@ class Gate:
                 digest,
                 int(now_ms or 0),
                 "1" if config.history_in_record else "0",
-                *([unacked[1], "1" if outcome == "delivered" else "0"]
-                  if ack and unacked else []),
+                *(receipt.settle_args(outcome) if receipt is not None else ()),
             ],
         )
+        if receipt is not None:
+            receipt.after_settle(outcome, fenced=bool(fenced))
         return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))
 
     def in_flight(self, endpoint_id: str) -> tuple[int, int]:

@@ -21,7 +21,7 @@ ENDPOINT_INDEX = "hookline:endpoints"
 #: The broker's doorbells, one per queue (:func:`doorbell_key`): lists of wake-up tokens, one
 #: pushed with every message pushed onto the queue; an idle consumer blocks on its queues'
 #: doorbells (BLMPOP), so each token wakes exactly one consumer of that queue
-#: (hookline/broker.py). Lists, not the one stream ``hookline:broker:doorbell`` of Hookline
+#: (hookline/transport/redis.py). Lists, not the one stream ``hookline:broker:doorbell`` of Hookline
 #: 0.2.0, which a worker of that version still rings and this one no longer reads.
 DOORBELL_KEY = "hookline:broker:tokens"
 
@@ -31,7 +31,7 @@ def doorbell_key(queue: str) -> str:
     return f"{DOORBELL_KEY}:{queue}"
 
 
-# -- worker liveness and fair shares (the broker's Redis: hookline/liveness.py) ---------------
+# -- worker liveness and fair shares (the broker's Redis: hookline/transport/liveness.py) ------
 
 #: Live consuming processes: sorted set, registration token -> its latest heartbeat (ms of
 #: Redis time).
@@ -138,7 +138,7 @@ def event_keys_pattern(event_id: str) -> str:
 
 
 def occurrence_key(endpoint_id: str, occurrence_id: str) -> str:
-    """Set once an operational event (``hookline.core.operational``) about the endpoint was
+    """Set once an operational event (``hookline.core.operational_events``) about the endpoint was
     reported, so that the same occurrence seen twice is reported once (expires on its own)."""
     return f"hookline:{{{endpoint_id}}}:occurred:{occurrence_id}"
 

@@ -11,7 +11,7 @@ losing one loses the event. After each of those Hookline waits until
 promoted; waiting for fewer, a write the demoted master took after the promotion can be
 acknowledged by a replica that is then resynchronised from the new master, and is lost):
 
-- publishing a delivery (``hookline.broker.SentinelChannel._put``);
+- publishing a delivery (``hookline.transport.sentinel.SentinelChannel._put``);
 - parking a retry in the schedule (``RetrySchedule.park``), and releasing it to a broker
   that is not Hookline's Redis (``RetrySchedule.release_due``, before it is unparked);
 - writing a dead letter (``DeadLetterQueue.add``).

@@ -5,7 +5,9 @@ Celery's countdown on the Redis broker keeps every waiting retry unacknowledged 
 Instead, a retry is *parked*: its ready-to-push broker message goes into a sorted set scored by
 its due time (Redis server time), and the current message is acknowledged only once the park
 is written. A :class:`Releaser` moves due retries, earliest first and in bounded batches, onto
-the ``hookline.retry`` queue in one atomic script, so any number of releasers can run.
+the ``hookline.retry`` queue in one atomic script, so any number of releasers can run. The
+message is built by the transport (``hookline.transport.envelope``) and handed in as text; the
+schedule only reads it back (``hookline.core.envelope``).
 
 Keys share the ``{schedule}`` hash tag: one Redis Cluster slot, like rq's registries. With
 ``HOOKLINE_STATE_SHARDS`` above 1 (a Redis Cluster) the schedule is that many such sets of keys
@@ -17,23 +19,16 @@ retries are all in one shard).
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import math
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from kombu.serialization import dumps as serialize
-from kombu.utils.encoding import bytes_to_str, str_to_bytes
-from kombu.utils.json import dumps as json_dumps
-from kombu.utils.uuid import uuid
 
 from hookline.core.config import settings
-from hookline.core.messages import TASK_NAME, delivery_headers
 from hookline.store import connection as store
 from hookline.store.connection import ring
 from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exported)
@@ -53,6 +48,13 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
     schedule_shards,
 )
 from hookline.store.replication import wait_for_replicas
+from hookline.store.scheduled import (
+    PAGE,
+    ScheduledRetry,
+    ScheduleStats,
+    pages,
+    scheduled_retry,
+)
 
 #: Seconds a releaser that claimed retries for a separate broker has to push them.
 CLAIM_LEASE = 30.0
@@ -62,8 +64,6 @@ PROBE_WAIT = 2.0
 #: After losing every retry it read to another releaser, release_due reads the next batch
 #: down the due set, up to this many batches deep, then from the head again.
 STALE_READS = 5
-#: Retries read per page by ``scheduled()``.
-PAGE = 500
 
 
 def retry_endpoint(retry_id: str) -> str:
@@ -87,89 +87,6 @@ class ScheduleFull(Exception):
             where = f"in this endpoint's shard (1 of {shards}, each holding its share)"
         super().__init__(f"the retry schedule is full: {count} retries scheduled {where}")
         self.which = which
-
-
-@dataclass(frozen=True)
-class ScheduledRetry:
-    """A parked retry, decoded from its broker message."""
-
-    id: str
-    endpoint_id: str
-    event_id: str
-    event_type: str
-    payload: Any
-    due: float
-    attempts: int
-    first_attempt_at: float | None
-    last_status: int | None
-    last_error: str
-    #: The Celery task id of its message (Flower's task), or "" if the message has none.
-    task_id: str = ""
-    #: When the event was published (the message's ``enqueued_at``), as the message carries it.
-    enqueued_at: Any = None
-
-
-@dataclass(frozen=True)
-class ScheduleStats:
-    total: int
-    by_endpoint: dict[str, int] = field(default_factory=dict)
-    #: Unix seconds of the earliest due retry, or None.
-    oldest_due: float | None = None
-    #: Seconds the earliest retry is overdue (0 when none is): how far behind releasing is.
-    lag: float = 0.0
-
-
-def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: dict[str, Any],
-                  retries: int, queue: str, parent_id: str | None = None,
-                  root_id: str | None = None, argsrepr: str | None = None) -> str:
-    """The message kombu's Redis transport would push for this task onto ``queue``, as JSON.
-
-    Built with Celery's own ``create_task_message`` and the envelope kombu's virtual channel
-    makes (``prepare_message`` and ``_inplace_augment_message``: base64 body, a fresh delivery
-    tag, the queue as exchange and routing key), so the worker reads it like any published
-    task. Built here rather than through a producer: no broker connection is needed, so a
-    retry can be built (and parked) without one.
-    """
-    headers, properties, body, _ = app.amqp.create_task_message(
-        task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
-        argsrepr=argsrepr,
-    )
-    if task_name == TASK_NAME:
-        headers.update(delivery_headers(args, kwargs, task_id))
-    content_type, content_encoding, data = serialize(body, serializer="json")
-    message = {
-        "body": bytes_to_str(base64.b64encode(str_to_bytes(data))),
-        "content-encoding": content_encoding,
-        "content-type": content_type,
-        "headers": headers,
-        "properties": {
-            **properties,
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": queue, "routing_key": queue},
-            "priority": 0,
-            "body_encoding": "base64",
-            "delivery_tag": uuid(),
-        },
-    }
-    return str(json_dumps(message))
-
-
-def decode_message(message: str) -> tuple[list[Any], dict[str, Any]]:
-    """The task arguments inside a broker message built by :func:`build_message`."""
-    _task_id, args, kwargs = decode_task(message)
-    return args, kwargs
-
-
-def decode_task(message: str) -> tuple[str, list[Any], dict[str, Any]]:
-    """The task id ("" if none) and arguments inside a broker message."""
-    envelope = json.loads(message)
-    body = envelope["body"]
-    if envelope["properties"].get("body_encoding") == "base64":
-        body = base64.b64decode(body)
-    args, kwargs, _embed = json.loads(body)
-    headers = envelope.get("headers")
-    task_id = headers.get("id") if isinstance(headers, dict) else None
-    return str(task_id or ""), list(args), dict(kwargs)
 
 
 class RetrySchedule:
@@ -257,7 +174,7 @@ class RetrySchedule:
         # due set, so two releasers in step take different retries instead of the same.
         offset = 0
         while True:
-            candidates = [bytes_to_str(c) for c in
+            candidates = [_text(c) for c in
                           self.redis.zrange(shard.due, offset, offset + batch - 1)]
             if not candidates and offset:
                 offset = 0
@@ -279,7 +196,7 @@ class RetrySchedule:
         ``broker`` and confirmed (confirm.lua: one parked again meanwhile stays)."""
         reply = self._release(keys=[*shard.shared, shard.releasing],
                               args=[batch, round(CLAIM_LEASE * 1000), "claim"])
-        ids = [bytes_to_str(retry_id) for retry_id in reply[3::2]]
+        ids = [_text(retry_id) for retry_id in reply[3::2]]
         if ids:
             self._push_claimed(broker, queue, ids, reply[4::2], due=shard.due,
                                releasing=shard.releasing)
@@ -290,7 +207,7 @@ class RetrySchedule:
         """Publish claimed retries onto ``queue``, then confirm them (confirm.lua). ``broker``
         is a Redis client (its list, and the doorbell) or anything with
         ``publish_released(queue, messages)`` that publishes them in order and returns how
-        many it published (``hookline.delivery.rabbitmq``: RabbitMQ through Celery's
+        many it published (``hookline.transport.rabbitmq``: RabbitMQ through Celery's
         producer). The ones published before a failure (the exception's ``published``) are
         confirmed before it is raised; the rest stay claimed until the lease ends, then are
         released again."""
@@ -309,7 +226,7 @@ class RetrySchedule:
             self.confirm_claimed(ids)
             return
         try:
-            published = int(publish(queue, [bytes_to_str(m) if m else "" for m in messages]))
+            published = int(publish(queue, [_text(m) if m else "" for m in messages]))
         except Exception as exc:
             self.confirm_claimed(ids[:int(getattr(exc, "published", 0))])
             raise
@@ -339,8 +256,8 @@ class RetrySchedule:
         for retry_id, message in zip(ids, messages, strict=True):
             endpoint_id = retry_endpoint(retry_id)
             why, wait_ms, probe = holds[endpoint_id]
-            why, wait = bytes_to_str(why), int(wait_ms) / 1000.0
-            if not why and bytes_to_str(probe) == "1":
+            why, wait = _text(why), int(wait_ms) / 1000.0
+            if not why and _text(probe) == "1":
                 if endpoint_id not in probing:
                     probing.add(endpoint_id)  # the first one is the probe
                     kept.append((retry_id, message))
@@ -407,7 +324,7 @@ class RetrySchedule:
                                           self.redis.hscan_iter(shard.meta, count=PAGE)))
 
     def _read(self, shard: ScheduleKeys, ids: Iterable[str]) -> Iterator[ScheduledRetry]:
-        for page in _pages(iter(ids)):
+        for page in pages(iter(ids)):
             pipe = self.redis.pipeline(transaction=False)
             pipe.hmget(shard.meta, page)
             pipe.hmget(shard.messages, page)
@@ -417,7 +334,7 @@ class RetrySchedule:
                                                          strict=True):
                 if meta_text is None or message is None:
                     continue  # left the schedule since the id was read
-                yield _scheduled_retry(retry_id, meta_text, message, due)
+                yield scheduled_retry(retry_id, meta_text, message, due)
 
     def _complete_index(self, endpoint_id: str) -> None:
         """Retries parked before the per-endpoint index existed are counted but not indexed:
@@ -432,7 +349,7 @@ class RetrySchedule:
         if int(count or 0) <= int(indexed):
             return
         prefix = f"{endpoint_id}/"
-        ids = [bytes_to_str(retry_id) for retry_id, _ in
+        ids = [_text(retry_id) for retry_id, _ in
                self.redis.hscan_iter(shard.meta, match=f"{glob_escaped(prefix)}*", count=PAGE)]
         for start in range(0, len(ids), PAGE):
             self.redis.sadd(index, *ids[start:start + PAGE])
@@ -450,7 +367,7 @@ class RetrySchedule:
         self._complete_index(endpoint_id)
         shard = self.shard_of(endpoint_id)
         held: list[tuple[int, str]] = []
-        for page in _pages(iter(self.redis.sscan_iter(shard.by_endpoint(endpoint_id),
+        for page in pages(iter(self.redis.sscan_iter(shard.by_endpoint(endpoint_id),
                                                       count=PAGE))):
             dues = self.redis.zmscore(shard.due, page)
             held += [(int(due), retry_id) for retry_id, due in zip(page, dues, strict=True)
@@ -492,39 +409,12 @@ class RetrySchedule:
         return removed
 
 
+def _text(value: Any) -> str:
+    """A Redis reply (bytes or str) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _released(reply: Any) -> tuple[int, float | None]:
     """(released, seconds until the shard's next retry is due or None) of a release reply."""
     released, next_due, now = int(reply[0]), int(reply[1]), int(reply[2])
     return released, (max(0.0, (next_due - now) / 1000.0) if next_due >= 0 else None)
-
-
-def _scheduled_retry(retry_id: str, meta_text: str, message: str,
-                     due: float | None) -> ScheduledRetry:
-    meta = json.loads(meta_text)
-    task_id, args, kwargs = decode_task(message)
-    return ScheduledRetry(
-        id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
-        event_type=args[1] if len(args) > 1 else "",
-        payload=args[2] if len(args) > 2 else None,
-        due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
-        first_attempt_at=kwargs.get("first_attempt_at"),
-        last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
-        task_id=task_id,
-        enqueued_at=kwargs.get("enqueued_at"),
-    )
-
-
-def _pages(ids: Iterator[str]) -> Iterator[list[str]]:
-    """``ids`` in lists of at most ``PAGE``, each id once (a scan may return one twice)."""
-    seen: set[str] = set()
-    page: list[str] = []
-    for retry_id in ids:
-        if retry_id in seen:
-            continue
-        seen.add(retry_id)
-        page.append(retry_id)
-        if len(page) >= PAGE:
-            yield page
-            page = []
-    if page:
-        yield page

@@ -21,11 +21,11 @@ from celery.signals import (
 )
 from celery.utils.log import get_multiprocessing_logger
 
-from hookline import compat
 from hookline.core.config import settings
 from hookline.core.logs import configure_worker_logging, log_event
 from hookline.core.messages import RETRY_QUEUE
-from hookline.liveness import stop_process_liveness
+from hookline.transport import compat
+from hookline.transport.liveness import stop_process_liveness
 from hookline.worker.celery import app
 
 
@@ -100,7 +100,7 @@ def _clear_metrics_files(sender: Any = None, **_: object) -> None:
     PROMETHEUS_MULTIPROC_DIR, which must not hold an earlier run's. Not under ``hookline
     worker`` (HOOKLINE_WORKER_SUPERVISED): the workers share its directory, cleared once."""
     if _ours(sender) and not os.environ.get("HOOKLINE_WORKER_SUPERVISED"):
-        from hookline.gauges import clear_multiprocess_dir
+        from hookline.transport.gauges import clear_multiprocess_dir
 
         clear_multiprocess_dir()
 
@@ -114,7 +114,7 @@ def _serve_metrics(sender: Any = None, **_: object) -> None:
     global _metrics_server
     if not _ours(sender):
         return
-    from hookline.gauges import multiprocess_dir, start_server
+    from hookline.transport.gauges import multiprocess_dir, start_server
 
     port, address = settings().metrics_port, settings().metrics_address
     if not port:
@@ -139,7 +139,7 @@ def _stop(sender: Any = None, **_: object) -> None:
     if not _ours(sender):
         return
     # Leave the registry of live workers: a clean shutdown put its messages back, so nobody
-    # needs to declare it dead (hookline/liveness.py).
+    # needs to declare it dead (hookline/transport/liveness.py).
     stop_process_liveness()
     if _releaser is not None:
         _releaser.stop()

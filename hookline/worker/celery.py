@@ -10,7 +10,7 @@ app and its ``@shared_task`` tasks stay where they were. Its settings come from
 from celery import Celery
 
 from hookline.core.messages import TASK_NAME
-from hookline.delivery.amqp import AMQP_CLASS
+from hookline.transport.amqp import AMQP_CLASS
 from hookline.worker.events import EVENTS_CLASS
 
 # fixups=[]: Celery would otherwise set up a Django project named by DJANGO_SETTINGS_MODULE in

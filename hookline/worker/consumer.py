@@ -13,11 +13,10 @@ from typing import Any
 
 from celery.worker.consumer import Consumer
 
-from hookline import broker
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.core.messages import TASK_NAME
-from hookline.delivery.retries import dead_letter_raw
+from hookline.transport.malformed import dead_letter_raw
 
 
 class HooklineConsumer(Consumer):
@@ -42,9 +41,15 @@ class HooklineConsumer(Consumer):
         default_steps = [step for step in Consumer.Blueprint.default_steps
                          if not step.endswith(":DelayedDelivery")]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        broker.on_parked = self._announce_parked
+    def connect(self) -> Any:
+        """Celery's consuming connection (made again after each reconnect), with this
+        consumer registered for the deliveries its channels park (Hookline's connection,
+        hookline/transport/amqp.py; another has none to tell)."""
+        connection = super().connect()
+        register = getattr(connection, "on_parked", None)
+        if register is not None:
+            register(self._announce_parked)
+        return connection
 
     def _announce_parked(self, parked: list[tuple[str, str, str, str, float]]) -> None:
         """Deliveries the consume script parked for held endpoints never reach a task: tell

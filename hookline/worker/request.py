@@ -17,7 +17,7 @@ dead-lettered by ``hookline.worker.tasks`` (``task_revoked``); its ``task-revoke
 followed by a ``task-failed`` one, so Flower's last word is FAILURE like any dead letter.
 
 ``task-received`` shows the arguments Hookline's publishers put in the headers (the payload's
-size, ``hookline.delivery.amqp``); a message published otherwise (a bare ``send_task`` from
+size, ``hookline.transport.amqp``); a message published otherwise (a bare ``send_task`` from
 another Celery app, whose ``argsrepr`` holds the payload) is shown the same way, worked out
 here.
 """
@@ -36,7 +36,7 @@ _RETRIED = ("{'outcome': 'retry_scheduled'", "{'outcome': 'deferred'")
 _FAILED = "{'outcome': 'dead_lettered'"
 
 
-class DeliveryRequest(Request):
+class TaskRequest(Request):
     @property
     def argsrepr(self) -> str:
         if "hookline_event" in self._request_dict:  # published by Hookline: already shown

@@ -34,14 +34,13 @@ from hookline.delivery.engine import (
     Deferred,
     DeliveryEngine,
     DeliveryRequest,
-    Finished,
     RetryDue,
     hold_countdown,
 )
 from hookline.delivery.fanout import expand
 from hookline.delivery.retries import dead_letter_unexpected
-from hookline.liveness import process_liveness
-from hookline.unacked import held_record, settled, taken_by_current, wait_for_share
+from hookline.transport.liveness import process_liveness
+from hookline.transport.receipt import receipt_for, wait_for_share
 from hookline.worker.celery import app
 from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask
@@ -54,7 +53,7 @@ class DeliveryTask(ParkingTask):
     acks_late = True
     engine: DeliveryEngine | None = None
     # What Flower is told (SUCCESS, RETRY or FAILURE by Hookline's outcome; the payload's size).
-    Request = "hookline.worker.request:DeliveryRequest"
+    Request = "hookline.worker.request:TaskRequest"
 
 
 @app.task(bind=True, base=DeliveryTask, name=TASK_NAME, shared=False)
@@ -91,21 +90,17 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
         DeliveryTask.engine = DeliveryEngine()
-    # The message's unacked record, when this process consumed it and the broker is the
-    # gate's Redis: a delivered event's settle removes it (the acknowledgement, one round
-    # trip less); Celery's ack after the task then sends nothing.
+    # The message's receipt, when this process consumed it and the broker is the gate's
+    # Redis: the transport folds the acknowledgement into the settle (one round trip less);
+    # Celery's ack after the task then sends nothing (hookline/transport/receipt.py).
     tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
-    unacked = held_record(tag) if config.broker_is_state and tag else None
-    if unacked is not None and not _still_ours(str(tag), unacked[1]):
-        settled(str(tag))  # restored to another worker: its record is gone
+    receipt = receipt_for(tag) if config.broker_is_state and tag else None
+    if receipt is not None and not receipt.still_ours():
         log_event("delivery.fenced", level=logging.WARNING, endpoint_id=endpoint_id,
                   event_id=event_id, detail="taken before this worker was declared dead; "
                                             "another worker has it: not attempted here")
         return {"outcome": "fenced"}
-    result = DeliveryTask.engine.attempt(request, token=attempt_token(), unacked=unacked)
-    if (unacked is not None and isinstance(result, Finished)
-            and result.outcome in ("delivered", "fenced")):
-        settled(str(tag))  # the settle removed its record, or found it gone
+    result = DeliveryTask.engine.attempt(request, token=attempt_token(), receipt=receipt)
     if (isinstance(result, Deferred) and result.reason == "capped" and tag
             and wait_for_share(tag, endpoint_id)):
         # Waits in its endpoint's list for a slot under the cap: no timer, no attempt used.
@@ -140,9 +135,9 @@ _tokens: tuple[int, str, itertools.count[int]] | None = None
 def attempt_token() -> str:
     """A token no other attempt anywhere holds (the lease's owner in admit and settle): a
     prefix, then a counter. The prefix is this process's liveness token (so the worker that
-    finds this process dead can release its leases, hookline/liveness.py), or a random one
-    drawn once per process (again after a fork) where it has none. A uuid4 per attempt reads
-    the OS's random source every time, about 3% of a delivery's CPU here."""
+    finds this process dead can release its leases, hookline/transport/liveness.py), or a
+    random one drawn once per process (again after a fork) where it has none. A uuid4 per
+    attempt reads the OS's random source every time, about 3% of a delivery's CPU here."""
     global _tokens
     live = process_liveness(create=False)
     prefix = live.current().token if live is not None else None
@@ -150,16 +145,6 @@ def attempt_token() -> str:
     if tokens is None or tokens[0] != os.getpid() or (prefix and tokens[1] != prefix):
         tokens = _tokens = (os.getpid(), prefix or secrets.token_hex(12), itertools.count())
     return f"{tokens[1]}-{next(tokens[2])}"
-
-
-def _still_ours(tag: str, member: bytes) -> bool:
-    """Whether this process may attempt the message of ``member``: it was taken under the
-    current liveness registration. A process just back from a pause longer than most of the
-    liveness window first waits for its heartbeat to say where it stands."""
-    live = process_liveness(create=False)
-    if live is not None and not live.fresh():
-        live.wait_fresh(live.window)
-    return taken_by_current(tag, member)
 
 
 def _park_held(task: DeliveryTask, request: DeliveryRequest, reason: str,

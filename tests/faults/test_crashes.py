@@ -12,7 +12,7 @@ import pytest
 from examples.receiver import Reply, always, fail_first
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule
-from hookline.unacked import UNACKED_RECORDS_KEY
+from hookline.transport.records import UNACKED_RECORDS_KEY
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 from tests.support.queue import delivered, enqueue
 
@@ -35,8 +35,8 @@ def run_with_interruption(isolated, receiver, start_worker, sig: int) -> tuple[l
     first.process.send_signal(sig)
     first.process.wait(60)
     if sig == signal.SIGKILL:
-        # What the killed worker held is in the unacked records set only (hookline/unacked.py),
-        # for the second worker's sweep to restore.
+        # What the killed worker held is in the unacked records set only
+        # (hookline/transport/unacked.py), for the second worker's sweep to restore.
         assert isolated.zcard(UNACKED_RECORDS_KEY) > 0
         assert not isolated.exists("unacked", "unacked_index")
     start_worker("crash-2", concurrency=16, extra_env=env)

@@ -1,7 +1,7 @@
 """Worker liveness against real workers, a real Redis and a loopback receiver: a killed worker's
 attempts come back in seconds (not after the visibility timeout), a live worker's slow
 attempts are never taken from it, and a worker paused past its liveness window cannot settle
-what was given to another (hookline/liveness.py)."""
+what was given to another (hookline/transport/liveness.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 
 from examples.receiver import Behaviour, Reply, always
-from hookline.liveness import registry
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.history import AttemptHistory
+from hookline.transport.liveness import registry
 from tests.conftest import flushed, isolated_url, wait_until
 from tests.support.queue import delivered, enqueue
 

@@ -21,7 +21,7 @@ from celery import Celery
 
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
-from hookline.unacked import held_count
+from hookline.transport.records import held_count
 from tests.conftest import TEST_ENV, WorkerProcess, emptied, wait_until
 from tests.support.windows import busiest_window
 

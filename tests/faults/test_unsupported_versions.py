@@ -1,5 +1,6 @@
 """A worker on a kombu outside the tested range refuses to start, saying why, instead of
-taking messages its broker overrides may not handle (hookline/compat.py, hookline/worker/boot.py).
+taking messages its broker overrides may not handle (hookline/transport/compat.py,
+hookline/worker/boot.py).
 
 The worker is the real ``celery -A app worker`` command; a ``sitecustomize`` on its
 PYTHONPATH makes ``importlib.metadata`` report kombu 5.5.0."""
@@ -12,8 +13,8 @@ import subprocess
 import pytest
 import redis
 
-from hookline.store.schedule import build_message
-from hookline.unacked import held_count
+from hookline.transport.envelope import build_message
+from hookline.transport.records import held_count
 from hookline.worker.celery import app
 from tests.conftest import WorkerProcess, isolated_url
 

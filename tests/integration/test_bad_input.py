@@ -25,10 +25,11 @@ import pytest
 from examples.receiver import Receiver, Reply, always, fail_first
 from hookline import WebhookInputError, deliver, send_webhook
 from hookline.core import config
+from hookline.core.endpoint import EndpointError
 from hookline.core.errors import HooklineError
 from hookline.store import connection as store
 from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.endpoints import EndpointError, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
 from tests.support.cli import run

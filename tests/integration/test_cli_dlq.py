@@ -23,10 +23,12 @@ import hookline.store.schedule
 from examples.receiver import Receiver, Reply, always
 from hookline.cli.dlq import parse_age, parse_time
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
-from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY, RetrySchedule, build_message
+from hookline.store.endpoints import EndpointRegistry
+from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY, RetrySchedule
+from hookline.transport.envelope import build_message
 from hookline.worker.celery import app as celery_app
 from tests.conftest import Publications, wait_until
 from tests.support.cli import fails, json_out, succeeds

@@ -29,7 +29,8 @@ from hookline.core.config import ConfigError
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.releaser import Releaser
 from hookline.store import connection as store
-from hookline.store.schedule import RetrySchedule, ScheduleStats, build_message
+from hookline.store.schedule import RetrySchedule, ScheduleStats
+from hookline.transport.envelope import build_message
 from tests.conftest import ROOT, wait_until
 from tests.support.cli import fails, json_out, succeeds
 

@@ -20,7 +20,8 @@ from standardwebhooks import Webhook
 from examples.receiver import Receiver, Reply, always
 from hookline import WebhookInputError
 from hookline.core import config
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.core.endpoint import Endpoint
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
 

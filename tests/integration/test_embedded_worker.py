@@ -35,12 +35,12 @@ BROKER_SETTINGS = ("broker_url", "broker_read_url", "broker_write_url",
 def celery_app(quiet_redis: Any) -> Iterator[Any]:
     """Overrides celery.contrib.pytest's ``celery_app``: Hookline's own worker app (the one
     ``celery -A app worker`` runs), pointed at the test's database (``quiet_redis``)."""
-    from hookline import celeryconfig
     from hookline.core.config import settings
+    from hookline.transport import celery_settings
     from hookline.worker.celery import app
 
     saved = {name: app.conf[name] for name in BROKER_SETTINGS}
-    app.conf.update(celeryconfig.broker_settings(settings()))
+    app.conf.update(celery_settings.broker_settings(settings()))
     yield app
     app.conf.update(saved)
     # Forget (do not close) the test database's pool: kombu shares it by URL across apps.

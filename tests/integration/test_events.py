@@ -19,7 +19,7 @@ from kombu import Connection
 from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.store.endpoints import EndpointRegistry
-from hookline.store.schedule import build_message
+from hookline.transport.envelope import build_message
 from hookline.worker.celery import app
 from tests.conftest import flushed, isolated_url, wait_until
 

@@ -18,7 +18,8 @@ from hookline import WebhookInputError
 from hookline.contrib.flask import Hookline
 from hookline.core import config
 from hookline.core.config import ConfigError
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.core.endpoint import Endpoint
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
 

@@ -25,12 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from examples.receiver import Reply, always, fail_first
 from hookline.core.metrics import status_class
-from hookline.gauges import RedisStateCollector
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY, RetrySchedule
+from hookline.transport.gauges import RedisStateCollector
 from tests.conftest import ROOT, emptied, free_port, isolated_url, wait_until
 
 ISOLATED_URL = isolated_url(7)

@@ -16,7 +16,7 @@ from standardwebhooks import Webhook
 
 from examples.receiver import Reply, always
 from hookline import send_webhook
-from hookline.core import config, operational
+from hookline.core import config, operational_events
 from hookline.delivery.engine import GONE_REASON, DeliveryEngine, DeliveryRequest, Finished
 from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
@@ -109,13 +109,13 @@ def test_a_410_fires_the_django_and_flask_signals_and_the_callbacks_in_process(r
     def on_flask(sender: Any, **kwargs: Any) -> None:
         heard.append(("flask", sender, kwargs))
 
-    def on_callback(event: operational.OperationalEvent) -> None:
+    def on_callback(event: operational_events.OperationalEvent) -> None:
         heard.append(("callback", event.endpoint_id, dict(event.data)))
 
     django_hooks.endpoint_disabled.connect(on_django_broken, weak=False)
     django_hooks.endpoint_disabled.connect(on_django, weak=False)
     flask_hooks.endpoint_disabled.connect(on_flask, weak=False)
-    operational.connect(operational.ENDPOINT_DISABLED, on_callback)
+    operational_events.connect(operational_events.ENDPOINT_DISABLED, on_callback)
     try:
         outcome = DeliveryEngine().attempt(
             DeliveryRequest("gone-signals", "order.created", {"n": 1}, "evt-signals"),
@@ -124,7 +124,7 @@ def test_a_410_fires_the_django_and_flask_signals_and_the_callbacks_in_process(r
         django_hooks.endpoint_disabled.disconnect(on_django_broken)
         django_hooks.endpoint_disabled.disconnect(on_django)
         flask_hooks.endpoint_disabled.disconnect(on_flask)
-        operational.disconnect(operational.ENDPOINT_DISABLED, on_callback)
+        operational_events.disconnect(operational_events.ENDPOINT_DISABLED, on_callback)
     assert outcome == Finished("dead_lettered", reason="endpoint_gone", status=410)
     assert sorted(name for name, _, _ in heard) == ["callback", "django", "flask"]
     for name, sender, kwargs in heard:
@@ -137,8 +137,8 @@ def test_a_410_fires_the_django_and_flask_signals_and_the_callbacks_in_process(r
 
 def test_a_breaker_opening_and_closing_is_reported_as_failing_then_recovered(receiver):
     EndpointRegistry().add("flaky-ops", receiver.route("/flaky", always(Reply(503))))
-    heard: list[operational.OperationalEvent] = []
-    operational.connect("*", heard.append)
+    heard: list[operational_events.OperationalEvent] = []
+    operational_events.connect("*", heard.append)
     engine = DeliveryEngine()
     try:
         for n in range(5):  # HOOKLINE_BREAKER_THRESHOLD=5 in the tests
@@ -152,6 +152,6 @@ def test_a_breaker_opening_and_closing_is_reported_as_failing_then_recovered(rec
             DeliveryRequest("flaky-ops", "order.created", {}, "f-probe"), token="probe"),
             Finished), timeout=10)
     finally:
-        operational.disconnect("*", heard.append)
+        operational_events.disconnect("*", heard.append)
     assert [e.kind for e in heard] == ["endpoint_failing", "endpoint_recovered"]
     assert heard[1].data == {"event_id": "f-probe", "attempt": 1}

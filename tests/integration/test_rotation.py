@@ -12,8 +12,9 @@ from standardwebhooks import Webhook
 from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.cli import main
+from hookline.core.endpoint import EndpointError
 from hookline.store import connection as store
-from hookline.store.endpoints import EndpointError, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
 

@@ -127,7 +127,8 @@ def test_gone_dead_letters_already_scheduled_retries_without_sending(receiver):
 
 def test_a_failing_endpoints_retries_do_not_delay_a_healthy_endpoints_first_deliveries(
         receiver):
-    from hookline.store.schedule import RetrySchedule, build_message
+    from hookline.store.schedule import RetrySchedule
+    from hookline.transport.envelope import build_message
     from hookline.worker.celery import app
 
     failing = new_endpoint(receiver, always(Reply(503, delay=0.3)))

@@ -11,6 +11,8 @@ import pytest
 
 from examples.receiver import Reply, always
 from hookline import send_webhook
+from hookline.core.endpoint import Endpoint, EndpointError
+from hookline.core.endpoint_validation import check_target
 from hookline.core.ssrf import (
     TargetRefused,
     check_address,
@@ -23,7 +25,7 @@ from hookline.delivery.sender import WebhookEvent, send
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointError, EndpointRegistry, check_target
+from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import wait_until
 
 

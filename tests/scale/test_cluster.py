@@ -19,18 +19,20 @@ import pytest
 # Imported now, under the suite's settings: its module-level broker settings are what the
 # worker's Celery app (hookline.worker.celery) reads, for the rest of the session.
 import hookline.celeryconfig  # noqa: F401
-from bench.common import LocalCluster
 from examples.receiver import Receiver, Reply, always, fail_first, in_order
+from hookline.api.enqueue import send_webhook
 from hookline.core import config
+from hookline.core.endpoint import Endpoint
 from hookline.delivery.publisher import celery_app
-from hookline.enqueue import send_webhook
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
-from hookline.store.schedule import RetrySchedule, build_message
+from hookline.store.schedule import RetrySchedule
+from hookline.transport.envelope import build_message
 from tests.conftest import PrivateRedis, WorkerProcess, wait_until
 from tests.support.cli import fails, json_out, succeeds
+from tests.support.cluster import LocalCluster
 
 pytestmark = pytest.mark.scale
 
@@ -245,7 +247,7 @@ def test_stats_and_metrics_read_across_shards(on_cluster: ClusterSetup):
     stats = json_out("stats")
     assert stats["dead_letters"]["by_reason"]["rejected"] == before >= 3
     assert stats["endpoints"]["total"] >= 3
-    from hookline.gauges import RedisStateCollector
+    from hookline.transport.gauges import RedisStateCollector
 
     samples = {metric.name: metric.samples for metric in RedisStateCollector().collect()}
     assert samples["hookline_redis_up"][0].value == 1

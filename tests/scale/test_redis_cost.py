@@ -23,7 +23,7 @@ from hookline import deliver
 from hookline.core.config import configure
 from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
-from hookline.unacked import held_count
+from hookline.transport.records import held_count
 from tests.conftest import PrivateRedis, wait_until
 
 pytestmark = pytest.mark.scale

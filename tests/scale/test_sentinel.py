@@ -23,7 +23,7 @@ import pytest
 
 from hookline.core import config
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
-from hookline.delivery.publisher import publish
+from hookline.delivery.publisher import enqueue_delivery
 from hookline.store import connection as store
 from hookline.store import replication
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
@@ -31,7 +31,7 @@ from hookline.store.delivery import delivered as recorded_delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.keys import DLQ_KEY
 from hookline.store.schedule import DUE_KEY
-from hookline.unacked import held_count, held_messages
+from hookline.transport.records import held_count, held_messages
 from tests.conftest import WorkerProcess, wait_until
 from tests.support.cli import json_out
 from tests.support.sentinel import SentinelDeployment, redis_server_missing
@@ -115,8 +115,8 @@ class Publisher(threading.Thread):
     def _publish(self, endpoint_id: str, event_id: str, n: int) -> None:
         for _attempt in range(50):
             try:
-                publish([endpoint_id, "order.created", {"n": n}], {"event_id": event_id},
-                        task_id=event_id)
+                enqueue_delivery([endpoint_id, "order.created", {"n": n}], {"event_id": event_id},
+                                 task_id=event_id)
                 return
             except Exception as exc:
                 self.failures[type(exc).__name__] += 1

@@ -1,6 +1,6 @@
-"""Hookline's broker transport (hookline/broker.py) on a real Redis: a message is taken off its
-queue and recorded as unacknowledged in one atomic step, so a consumer that dies at any instant
-loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-lettered."""
+"""Hookline's broker transport (hookline/transport/redis.py) on a real Redis: a message is taken
+off its queue and recorded as unacknowledged in one atomic step, so a consumer that dies at any
+instant loses nothing; idle consumers wake on the doorbell; garbage on a queue is dead-lettered."""
 
 from __future__ import annotations
 
@@ -17,20 +17,19 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue
 from hookline.store.connection import load_script
 from hookline.store.keys import FAIR_WAITING_KEY, doorbell_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
-from hookline.unacked import (
+from hookline.transport.receipt import receipt_for
+from hookline.transport.records import (
     UNACKED_RECORDS_KEY,
     held_count,
     held_messages,
-    held_record,
     parse_member,
     record_member,
-    settled,
 )
 from tests.conftest import PrivateRedis, flushed, isolated_url, wait_until
 
 URL = isolated_url(9)
 QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
-TRANSPORT = "hookline.broker:Transport"
+TRANSPORT = "hookline.transport.redis:Transport"
 DOORBELL = doorbell_key("broker-test")
 
 
@@ -339,7 +338,7 @@ def test_a_batched_publish_leaves_a_token_per_message(db):
         assert db.llen("broker-test") == 3 and db.llen(DOORBELL) == 3
 
 
-# -- the unacked records (hookline/unacked.py) -------------------------------------------------
+# -- the unacked records (hookline/transport/unacked.py) --------------------------------------
 
 @pytest.mark.parametrize("tag", ["3b0c8a0e-6f5e-4d1c-9f0a-5b7c2d1e9a40", 'a"quote', "x/y\\z",
                                  "caf\u00e9 \u2603", "[not a record]", ""])
@@ -435,9 +434,10 @@ def test_a_failed_hand_over_puts_the_rest_of_the_batch_back_at_once(private_redi
 
 
 def test_a_record_settled_with_its_delivery_is_acknowledged_without_a_command(private_redis):
-    """A delivered event's settle removes the message's member (``held_record``) and calls
-    ``settled``: the acknowledgement then sends nothing, and this process forgets the tag; a
-    settled message that is rejected with requeue is not pushed back (it was delivered)."""
+    """A delivered event's settle removes the message's member (its receipt, ``receipt_for``)
+    and tells the receipt so: the acknowledgement then sends nothing, and this process forgets
+    the tag; a settled message that is rejected with requeue is not pushed back (it was
+    delivered)."""
     url, client = private_redis
     with connect_to(url) as conn:
         publish(conn, {"n": 1})
@@ -445,13 +445,13 @@ def test_a_record_settled_with_its_delivery_is_acknowledged_without_a_command(pr
         held = []
         with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
             drain_until(conn, lambda: len(held) == 2)
-            records = []
             for message in held:
-                record = held_record(message.delivery_tag)
-                assert record is not None and record[0] == UNACKED_RECORDS_KEY
-                records.append(record)
-                client.zrem(*record)  # what settle.lua does for a delivered event
-                settled(message.delivery_tag)
+                receipt = receipt_for(message.delivery_tag)
+                assert receipt is not None and receipt.settle_keys() == [UNACKED_RECORDS_KEY]
+                member, remove = receipt.settle_args("delivered")
+                assert remove == "1"
+                client.zrem(UNACKED_RECORDS_KEY, member)  # what settle.lua does when delivered
+                receipt.after_settle("delivered", fenced=False)
             client.config_resetstat()
             held[0].ack()
             calls = {name: int(v["calls"]) for name, v in
@@ -459,8 +459,8 @@ def test_a_record_settled_with_its_delivery_is_acknowledged_without_a_command(pr
             held[1].reject(requeue=True)
         assert set(calls) == {"cmdstat_config|resetstat"}, calls
         assert client.llen("broker-test") == 0 and no_unacked_record(client)
-        assert all(held_record(message.delivery_tag) is None for message in held)
-        assert held_record("no-such-tag") is None
+        assert all(receipt_for(message.delivery_tag) is None for message in held)
+        assert receipt_for("no-such-tag") is None
 
 
 def old_worker_holds(db: redis.Redis, tag: str, taken_at: float) -> None:

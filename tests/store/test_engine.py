@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
 from hookline.core.policy import compute_backoff, retry_countdown
 from hookline.delivery.engine import (
     GONE_REASON,
@@ -29,7 +30,7 @@ from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Admission, Gate, Verdict
 from hookline.store.history import AttemptHistory
 from hookline.store.schedule import RetrySchedule

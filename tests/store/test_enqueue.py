@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hookline import WebhookInputError, send_webhook
-from hookline.store.endpoints import EndpointError, EndpointRegistry, validate_secret, validate_url
+from hookline.core.endpoint import EndpointError
+from hookline.core.endpoint_validation import validate_secret, validate_url
+from hookline.store.endpoints import EndpointRegistry
 
 
 @pytest.fixture

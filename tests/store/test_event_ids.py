@@ -21,20 +21,22 @@ import redis
 import hookline
 import hookline.celeryconfig  # read now, as the session does: tests below reconfigure settings
 from hookline import EventIdConflict, WebhookInputError, send_webhook
+from hookline.api.enqueue import prepare_event
 from hookline.core.config import settings
+from hookline.core.endpoint import Endpoint
+from hookline.core.envelope import decode_message
 from hookline.core.event import MalformedEvent
 from hookline.core.identity import canonical_json, content_digest, publish_time
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.delivery.engine import DeliveryEngine, DeliveryRequest, Finished, RetryDue
 from hookline.delivery.replay import replay_entries
 from hookline.delivery.sender import AttemptResult, WebhookEvent
-from hookline.enqueue import prepare_event
 from hookline.store import connection, delivery, keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.events import EventView
 from hookline.store.gates import Gate, Verdict
-from hookline.store.schedule import RetrySchedule, decode_message
+from hookline.store.schedule import RetrySchedule
 
 
 def queued(client: Any) -> list[tuple[list[Any], dict[str, Any]]]:
@@ -134,11 +136,11 @@ class Counting(redis.Redis):
 def own_redis(tmp_path) -> Iterator[redis.Redis]:
     """A redis-server of this test's own (its counters count this test's commands alone),
     Hookline's state and broker both, as by default."""
-    from bench.common import RedisServer
     from hookline.core import config
+    from tests.conftest import PrivateRedis
 
-    server = RedisServer("enqueue", tmp_path).wait_ready()
-    client = redis.Redis(port=server.port, decode_responses=True)
+    server = PrivateRedis(tmp_path)
+    client = server.start()
     config.configure({"REDIS_URL": server.url})
     yield client
     config.configure()

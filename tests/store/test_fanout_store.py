@@ -190,7 +190,7 @@ def test_publish_refuses_bad_options_naming_the_field(app_of_twenty, options, fi
 def test_fan_out_messages_carry_any_event_id_exactly(app_of_twenty, event_id):
     """The deliveries' messages are filled in from one template: an event id that needs JSON
     escaping, or holds a stand-in's text, still arrives as it is."""
-    from hookline.store.schedule import decode_task
+    from hookline.core.envelope import decode_task
 
     publish("tenant", "order.created", {"text": "é\"\\"}, event_id=event_id)
     app_of_twenty.delete(DELIVERY_QUEUE)

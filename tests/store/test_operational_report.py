@@ -1,4 +1,4 @@
-"""Reporting operational events (hookline.delivery.operational) on a real Redis with no worker
+"""Reporting operational events (hookline.delivery.reporting) on a real Redis with no worker
 behind it: the operational webhook is an ordinary ``hookline.deliver`` message for the operator
 endpoint with the occurrence's event id; the same occurrence is reported once; an occurrence
 about the operator endpoint itself is never sent to it (no loop), though callbacks hear it."""
@@ -13,8 +13,8 @@ import pytest
 
 from hookline.core import config
 from hookline.core.messages import DELIVERY_QUEUE
-from hookline.core.operational import REGISTRY, OperationalEvent
-from hookline.delivery import operational
+from hookline.core.operational_events import REGISTRY, OperationalEvent
+from hookline.delivery import reporting
 
 
 @pytest.fixture
@@ -40,10 +40,10 @@ def queued(client) -> list[tuple[list, dict]]:
 
 def test_an_occurrence_goes_out_once_as_a_delivery_to_the_operator_endpoint(operator,
                                                                             quiet_redis):
-    event = operational.endpoint_disabled("shop-1", reason="gone", detail="410", since=1.0,
+    event = reporting.endpoint_disabled("shop-1", reason="gone", detail="410", since=1.0,
                                           status=410)
-    operational.report(event)
-    operational.report(event)  # a second worker meeting the same 410
+    reporting.report(event)
+    reporting.report(event)  # a second worker meeting the same 410
     [(args, kwargs)] = queued(quiet_redis)
     assert args == ["ops", "endpoint.disabled", {"endpoint_id": "shop-1", "reason": "gone",
                                                  "detail": "410", "status": 410}]
@@ -52,11 +52,11 @@ def test_an_occurrence_goes_out_once_as_a_delivery_to_the_operator_endpoint(oper
 
 
 def test_occurrences_about_the_operator_endpoint_are_not_sent_to_it(operator, quiet_redis):
-    for event in (operational.breaker_changed("ops", opened=True, event_id="e", attempt=5),
-                  operational.dead_lettered("ops", "hookline-op-1", "endpoint.failing",
+    for event in (reporting.breaker_changed("ops", opened=True, event_id="e", attempt=5),
+                  reporting.dead_lettered("ops", "hookline-op-1", "endpoint.failing",
                                             "exhausted", attempts=4),
-                  operational.endpoint_disabled("ops", reason="gone", detail="410", since=2.0)):
-        operational.report(event)
+                  reporting.endpoint_disabled("ops", reason="gone", detail="410", since=2.0)):
+        reporting.report(event)
     assert queued(quiet_redis) == []
     assert [e.kind for e in operator] == ["endpoint_failing", "dead_lettered",
                                           "endpoint_disabled"]
@@ -65,5 +65,5 @@ def test_occurrences_about_the_operator_endpoint_are_not_sent_to_it(operator, qu
 def test_nothing_is_written_when_nobody_listens(quiet_redis):
     config.configure({"REDIS_URL": config.settings().redis_url,
                       "HOOKLINE_BROKER_URL": config.settings().redis_url})
-    operational.report(operational.dead_lettered("shop-1", "e", "t", "rejected", attempts=1))
+    reporting.report(reporting.dead_lettered("shop-1", "e", "t", "rejected", attempts=1))
     assert quiet_redis.keys("hookline:*") == []

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+from hookline.core.endpoint import Endpoint
 from hookline.delivery.retries import pause_endpoint, resume_endpoint
 from hookline.store import keys
-from hookline.store.endpoints import PAUSE_PARK, Endpoint, EndpointRegistry
+from hookline.store.endpoints import PAUSE_PARK, EndpointRegistry
 from hookline.store.schedule import DUE_KEY, RetrySchedule
 
 

@@ -140,7 +140,7 @@ def test_no_payload_content_in_any_task_event_field(quiet_redis):
     """By keyword, with extra arguments, or from a retry built for the schedule: argsrepr and
     kwargsrepr (task-sent here, task-received in the worker) show the payload's size only."""
     from hookline.delivery.publisher import celery_app
-    from hookline.store.schedule import build_message
+    from hookline.transport.envelope import build_message
 
     hookline.deliver.delay("shop", "order.created", payload={"card": "4111 1111"})
     hookline.deliver.delay("shop", "order.created", {"card": "4111 1111"}, "ev-9", None)
@@ -164,8 +164,8 @@ def test_argsrepr_and_kwargsrepr_are_refused():
 def test_flower_sees_the_broker_as_redis():
     """Flower picks its Broker tab's client by the scheme of the URL the app's connection
     reports; Hookline's transport is still the one used."""
-    from hookline.broker import Transport
     from hookline.delivery.publisher import celery_app
+    from hookline.transport.redis import Transport
     from hookline.worker.celery import app
 
     for celery in (app, celery_app()):

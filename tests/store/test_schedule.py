@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from hookline.core.envelope import decode_message
 from hookline.core.messages import TASK_NAME
 from hookline.store import connection as store
 from hookline.store.schedule import (
@@ -16,9 +17,8 @@ from hookline.store.schedule import (
     WAKE_KEY,
     RetrySchedule,
     ScheduleFull,
-    build_message,
-    decode_message,
 )
+from hookline.transport.envelope import build_message
 from hookline.worker.celery import app
 from tests.conftest import emptied, flushed, isolated_url, wait_until
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from hookline.delivery.rabbitmq import BrokerUnavailable
 from hookline.store.keys import breaker_key
 from hookline.store.schedule import DUE_KEY, RELEASING_KEY, RetrySchedule
+from hookline.transport.rabbitmq import BrokerUnavailable
 from tests.conftest import flushed, isolated_url
 
 

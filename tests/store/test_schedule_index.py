@@ -22,7 +22,8 @@ from hookline.delivery.retries import dead_letter_scheduled
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.schedule import RetrySchedule, build_message
+from hookline.store.schedule import RetrySchedule
+from hookline.transport.envelope import build_message
 from hookline.worker.celery import app
 from tests.conftest import isolated_url, wait_until
 
@@ -238,7 +239,7 @@ def test_the_consumer_parks_a_held_endpoints_deliveries_through_keys_it_is_given
     client.hset(keys.breaker_key("held-x"), mapping={
         "state": "open", "open_until": seconds * 1000 + micros // 1000 + 600_000})
     try:
-        with Connection(URL, transport="hookline.broker:Transport") as conn:
+        with Connection(URL, transport="hookline.transport.redis:Transport") as conn:
             producer = Producer(conn.channel(), exchange=QUEUE.exchange,
                                 routing_key=QUEUE.routing_key, serializer="json")
             for n in range(3):

@@ -8,9 +8,11 @@ import time
 
 import pytest
 
+from hookline.core.envelope import decode_task
 from hookline.core.messages import TASK_NAME
 from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.schedule import RetrySchedule, ScheduleFull, build_message, decode_task
+from hookline.store.schedule import RetrySchedule, ScheduleFull
+from hookline.transport.envelope import build_message
 from hookline.worker.celery import app
 from tests.conftest import flushed, isolated_url
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from hookline.core.endpoint import Endpoint
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.endpoints import Endpoint, EndpointRegistry
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
 

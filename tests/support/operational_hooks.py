@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import hookline.operational
-from hookline.core.operational import OperationalEvent
+from hookline.core.operational_events import OperationalEvent
 from hookline.store import connection as store
 
 #: The list the events are recorded in (a hookline: key: each test starts without it).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import redis
 
 from hookline.store import delivery
-from hookline.store.schedule import build_message
+from hookline.transport.envelope import build_message
 from hookline.worker.celery import app
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from hookline import celeryconfig
 from hookline.core.config import (
     SUPPORTED_BROKER_SCHEMES,
     ConfigError,
     broker_is_amqp,
     load_settings,
 )
+from hookline.transport import celery_settings
 
 REDIS = "redis://127.0.0.1:6379/0"
 
@@ -51,19 +51,19 @@ def test_rabbitmq_gets_quorum_queues_publisher_confirms_and_no_heartbeats() -> N
     config = load_settings({"REDIS_URL": REDIS,
                             "HOOKLINE_BROKER_URL": "pyamqp://guest:guest@127.0.0.1:5672/v"})
     assert broker_is_amqp(config.broker_url)
-    values = celeryconfig.broker_settings(config)
+    values = celery_settings.broker_settings(config)
     assert values["broker_transport_options"] == {"confirm_publish": True}
     assert values["broker_heartbeat"] == 0
     assert values["broker_transport"] is None
     assert values["task_default_queue_type"] == "quorum"
     assert {queue.name: queue.queue_arguments for queue in values["task_queues"]} == {
         "hookline": {"x-queue-type": "quorum"}, "hookline.retry": {"x-queue-type": "quorum"}}
-    worker = celeryconfig.broker_settings(config, confirm_publish=False)
+    worker = celery_settings.broker_settings(config, confirm_publish=False)
     assert worker["broker_transport_options"] == {"confirm_publish": False}
 
 
 def test_a_redis_broker_keeps_classic_queues_and_hooklines_transport() -> None:
-    values = celeryconfig.broker_settings(load_settings({"REDIS_URL": REDIS}))
+    values = celery_settings.broker_settings(load_settings({"REDIS_URL": REDIS}))
     assert "broker_heartbeat" not in values
     assert values["task_default_queue_type"] == "classic"
     assert all(queue.queue_arguments is None for queue in values["task_queues"])

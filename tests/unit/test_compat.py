@@ -8,7 +8,7 @@ from importlib import metadata
 import pytest
 from packaging.requirements import Requirement
 
-from hookline import compat
+from hookline.transport import compat
 from tests.conftest import ROOT
 
 IN_RANGE = {"celery": "5.6.0", "kombu": "5.7.0", "billiard": "4.2.1"}

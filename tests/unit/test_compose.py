@@ -187,8 +187,9 @@ def test_ssrf_allowlist_is_empty_unless_the_demo_sets_the_receiver_alone(compose
             assert "demo" not in (service.get("networks") or []), name
     header = COMPOSE_FILE.read_text().split("services:")[0]
     assert f"HOOKLINE_ALLOWED_NETWORKS={address}/32 docker compose --profile demo up" in header
+    # The getting-started page of the docs shows the same command.
     assert f"HOOKLINE_ALLOWED_NETWORKS={address}/32 docker compose --profile demo up" in (
-        ROOT / "README.md").read_text()
+        ROOT / "docs" / "getting-started.md").read_text()
 
 
 def test_dead_letter_spool_is_per_replica_storage(services) -> None:

@@ -89,7 +89,7 @@ def test_task_events_are_gathered_a_tenth_of_a_second_unless_told_otherwise():
 
 
 def test_publishers_send_task_sent_only_when_asked():
-    from hookline.celeryconfig import broker_settings
+    from hookline.transport.celery_settings import broker_settings
 
     assert broker_settings(load_settings({}))["task_send_sent_event"] is False
     asked = load_settings({"HOOKLINE_TASK_SENT_EVENTS": "true"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hookline.core.endpoint import Endpoint
 from hookline.core.headers import (
     MAX_HEADERS,
     MAX_VALUE_LENGTH,
@@ -15,7 +16,6 @@ from hookline.core.headers import (
     parse_header,
 )
 from hookline.delivery.sender import WebhookEvent, build_headers
-from hookline.store.endpoints import Endpoint
 
 SECRET_VALUE = "Bearer sk_live_do-not-print-9f8e7d"
 

@@ -1,6 +1,9 @@
-"""The package's shape, computed from the source: no import cycles, no import upward through
-the layers, stores that never read each other, only Celery's include loading the task module,
-and pure modules that load no Celery. (What the wheel ships: tests/unit/test_compose.py and
+"""The package's shape, computed from the source: the folders of ``hookline/`` are its layers one
+to one, no import cycles (in the package and in ``bench/``), no import upward through the
+layers, kombu, billiard and Celery's worker internals only where the transport and the worker
+live, no module over the size a reader takes in at one sitting, stores that never read each
+other, only Celery's include loading the task module, pure modules that load no Celery, and
+tests that never lean on the benchmarks. (What the wheel ships: tests/unit/test_compose.py and
 tests/integration/test_host_projects.py.)"""
 
 from __future__ import annotations
@@ -8,68 +11,88 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "hookline"
 
-#: Layers, bottom up: a module may import its own layer and those below, never above.
+#: The modules at the top of ``hookline/`` that users import by name (the docs name each):
+#: ``app.config_from_object("hookline.celeryconfig")`` and ``import hookline.operational``.
+#: Everything else lives in a layer's folder.
+PUBLIC_MODULES = ["hookline.celeryconfig", "hookline.operational"]
+#: Layers, bottom up, each one folder of ``hookline/`` (the faces: three folders, the public
+#: modules and the package itself): a module may import its own layer and those below, never
+#: above.
 LAYERS = [
-    ("core", ["hookline.core", "hookline.compat"]),
+    ("core", ["hookline.core"]),
     ("store", ["hookline.store"]),
-    ("delivery", ["hookline.delivery", "hookline.celeryconfig", "hookline.broker",
-                  "hookline.unacked", "hookline.liveness", "hookline.gauges"]),
+    ("transport", ["hookline.transport"]),
+    ("delivery", ["hookline.delivery"]),
     ("worker", ["hookline.worker"]),
-    ("faces", ["hookline.enqueue", "hookline.cli", "hookline.contrib", "hookline"]),
+    ("faces", ["hookline.api", "hookline.cli", "hookline.contrib", *PUBLIC_MODULES, "hookline"]),
     ("entry points", ["app", "tasks", "celeryconfig"]),
 ]
+#: The only layers that may know kombu, billiard and Celery's worker internals.
+CELERY_INTERNALS_ALLOWED = ("hookline.transport", "hookline.worker")
+#: Celery's public face, fine in any layer above the core: the app, tasks, signals, errors.
+CELERY_PUBLIC = {"celery", "celery.signals", "celery.exceptions", "celery.result"}
+#: The most lines a module of the package may have.
+MAX_MODULE_LINES = 450
 #: Stores never read each other; these read several, one step above them.
 MULTI_STORE_READERS = {"hookline.store.gates", "hookline.store.events"}
 STORES = {"hookline.store.endpoints", "hookline.store.deadletter", "hookline.store.history",
           "hookline.store.schedule"}
+#: Repository code the package never imports: it ships without it.
+REPOSITORY_ONLY = ("app", "tasks", "celeryconfig", "bench", "tests", "examples", "scripts")
 
 
-def _module_files() -> dict[str, Path]:
-    paths = [*ROOT.glob("hookline/**/*.py"), *ROOT.glob("app/**/*.py"),
-             *ROOT.glob("tasks/**/*.py"), ROOT / "celeryconfig.py"]
+def _module_files(patterns: Iterable[str]) -> dict[str, Path]:
     found = {}
-    for path in paths:
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
+    for pattern in patterns:
+        for path in ROOT.glob(pattern):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
     return found
 
 
-MODULES = _module_files()
+MODULES = _module_files(["hookline/**/*.py", "app/**/*.py", "tasks/**/*.py", "celeryconfig.py"])
+BENCH = _module_files(["bench/**/*.py"])
+TESTS = _module_files(["tests/**/*.py"])
 
 
-def _resolve(name: str) -> str | None:
-    while name and name not in MODULES:
+def _imports(path: Path, *, type_checking: bool) -> Iterator[str]:
+    """The absolute names ``path`` imports (``from a import b`` gives ``a.b``), at any depth
+    of its code; ``type_checking``: the ones under ``if TYPE_CHECKING:`` too."""
+    tree = ast.parse(path.read_text())
+    if not type_checking:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+                node.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the project modules it imports (at any depth of its code, type-checking
-    imports aside)."""
+def import_graph(modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
+    """Module -> the modules of ``modules`` it imports (type-checking imports aside)."""
     graph: dict[str, set[str]] = {}
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
-                node.body = []
-        imported: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [f"{node.module}.{alias.name}" for alias in node.names]
-            else:
-                continue
-            imported |= {found for found in map(_resolve, names) if found}
-        graph[module] = imported - {module}
+    for module, path in modules.items():
+        imported = {_resolve(name, modules) for name in _imports(path, type_checking=False)}
+        graph[module] = {found for found in imported if found} - {module}
     return graph
 
 
@@ -105,11 +128,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
 def layer_of(module: str) -> int:
     best = (-1, -1)
     for level, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
+            if _within(module, prefix):
                 best = max(best, (len(prefix), level))
     assert best[1] >= 0, f"{module} is in no layer: add it to LAYERS"
     return best[1]
@@ -119,8 +146,39 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# -- the folders are the layers -------------------------------------------------------------
+
+
+def test_each_folder_of_the_package_is_one_layer() -> None:
+    folders = {f"hookline.{path.name}" for path in PACKAGE.iterdir()
+               if path.is_dir() and (path / "__init__.py").exists()}
+    layered = {prefix for _, prefixes in LAYERS for prefix in prefixes
+               if prefix.startswith("hookline.") and prefix not in PUBLIC_MODULES}
+    assert folders == layered
+
+
+def test_the_top_of_the_package_holds_only_its_public_modules() -> None:
+    files = {path.name for path in PACKAGE.iterdir() if path.is_file()}
+    expected = {"__init__.py", "py.typed", *(f"{m.rpartition('.')[2]}.py" for m in PUBLIC_MODULES)}
+    assert files == expected
+
+
+def test_no_module_is_longer_than_a_sitting() -> None:
+    long = {module: lines for module, path in sorted(MODULES.items())
+            if module.startswith("hookline")
+            and (lines := path.read_text().count("\n")) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+# -- imports --------------------------------------------------------------------------------
+
+
 def test_no_module_imports_itself_back_through_others() -> None:
     assert cycles(import_graph()) == []
+
+
+def test_no_benchmark_imports_itself_back_through_others() -> None:
+    assert cycles(import_graph(BENCH)) == []
 
 
 def test_no_module_imports_a_layer_above_its_own() -> None:
@@ -129,6 +187,53 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
               for module, imported in import_graph().items() for other in imported
               if other != "hookline" and layer_of(other) > layer_of(module)]
     assert upward == []
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """The modules ``path`` imports from (``from a.b import c``: ``a.b``), type-checking
+    imports included: knowing a library's internals for the type checker is knowing them."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def _celery_internal(module: str) -> bool:
+    root = module.partition(".")[0]
+    return root in ("kombu", "billiard") or (root == "celery" and module not in CELERY_PUBLIC)
+
+
+def test_celery_public_modules_are_not_taken_for_internals() -> None:
+    assert not any(map(_celery_internal, ["celery", "celery.signals", "redis", "click"]))
+    assert all(map(_celery_internal, ["celery.worker.request", "kombu.exceptions", "billiard",
+                                      "celery.app.amqp"]))
+
+
+def test_only_the_transport_and_the_worker_know_kombu_billiard_and_celery_internals() -> None:
+    knowing = sorted(f"{module} imports {name}" for module, path in MODULES.items()
+                     if module.startswith("hookline")
+                     and not any(_within(module, p) for p in CELERY_INTERNALS_ALLOWED)
+                     for name in _modules_imported(path) if _celery_internal(name))
+    assert knowing == []
+
+
+def test_the_package_imports_no_repository_code() -> None:
+    leaning = sorted(f"{module} imports {name}" for module, path in MODULES.items()
+                     if module.startswith("hookline")
+                     for name in set(_imports(path, type_checking=True))
+                     if name.partition(".")[0] in REPOSITORY_ONLY)
+    assert leaning == []
+
+
+def test_tests_never_import_the_benchmarks() -> None:
+    leaning = sorted(f"{module} imports {name}" for module, path in TESTS.items()
+                     for name in set(_imports(path, type_checking=True))
+                     if _within(name, "bench"))
+    assert leaning == []
 
 
 def test_stores_never_import_each_other() -> None:

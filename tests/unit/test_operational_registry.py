@@ -1,4 +1,4 @@
-"""The operational-event registry (hookline.core.operational): connect by kind, every kind or
+"""The operational-event registry (hookline.core.operational_events): connect by kind, every kind or
 as a decorator; a callback that raises is logged and passed over; the same occurrence has the
 same event id. Pure: no Redis."""
 
@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from hookline.core.operational import (
+from hookline.core.operational_events import (
     DEAD_LETTERED,
     ENDPOINT_DISABLED,
     EVENT_TYPES,
@@ -16,7 +16,7 @@ from hookline.core.operational import (
     OperationalEvent,
     OperationalRegistry,
 )
-from hookline.delivery import operational as occurrences
+from hookline.delivery import reporting
 
 
 def test_callbacks_hear_their_kind_in_order_once_each():
@@ -79,17 +79,17 @@ def test_the_decorator_form_connects_to_the_process_registry():
 
 
 def test_the_same_occurrence_has_the_same_event_id_and_payload():
-    one = occurrences.endpoint_disabled("ep", reason="gone", detail="410", since=1.5,
+    one = reporting.endpoint_disabled("ep", reason="gone", detail="410", since=1.5,
                                         status=410)
-    two = occurrences.endpoint_disabled("ep", reason="gone", detail="410", since=1.5,
+    two = reporting.endpoint_disabled("ep", reason="gone", detail="410", since=1.5,
                                         status=410)
-    again = occurrences.endpoint_disabled("ep", reason="gone", detail="410", since=9.0,
+    again = reporting.endpoint_disabled("ep", reason="gone", detail="410", since=9.0,
                                           status=410)
     assert one.event_id == two.event_id != again.event_id
     assert one.event_id.startswith("hookline-op-") and len(one.event_id) <= 200
     assert one.payload() == again.payload() == {"endpoint_id": "ep", "reason": "gone",
                                                 "detail": "410", "status": 410}
-    dead = occurrences.dead_lettered("ep", "evt-1", "order.created", "exhausted", attempts=4,
+    dead = reporting.dead_lettered("ep", "evt-1", "order.created", "exhausted", attempts=4,
                                      first_attempt_at=1.0)
     assert dead.event_type == "message.attempt.exhausted"
     assert dead.payload() == {"endpoint_id": "ep", "event_id": "evt-1",

@@ -15,7 +15,8 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 MODULE_OF = {"prometheus-client": "prometheus_client", "python-json-logger": "pythonjsonlogger"}
 #: Declared although Hookline imports nothing of theirs, and why.
 NOT_IMPORTED = {
-    "billiard": "Celery's pool library: declared to fence the tested range (hookline/compat.py)",
+    "billiard": ("Celery's pool library: declared to fence the tested range "
+                 "(hookline/transport/compat.py)"),
     "hiredis": "redis-py's C reply parser, loaded by redis-py itself",
 }
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from redis.sentinel import MasterNotFoundError
 
-from hookline.celeryconfig import broker_settings
 from hookline.cli.output import redacted, redis_failure
 from hookline.core import sentinel
 from hookline.core.config import ALL_REPLICAS, ConfigError, load_settings
+from hookline.transport.celery_settings import broker_settings
 
 URL = "sentinel://:s3cret@10.0.0.1:26379,sentinel-b,[::1]:26380/2"
 
@@ -90,7 +90,7 @@ def test_celery_gets_hooklines_sentinel_transport_the_master_and_every_sentinel(
     config = load_settings({"REDIS_URL": URL, "HOOKLINE_SENTINEL_MASTER": "mymaster",
                             "HOOKLINE_SENTINEL_PASSWORD": "sentinel-pass"})
     values = broker_settings(config)
-    assert values["broker_transport"] == "hookline.broker:SentinelTransport"
+    assert values["broker_transport"] == "hookline.transport.sentinel:SentinelTransport"
     assert values["broker_url"] == values["broker_write_url"] == "sentinel://:s3cret@10.0.0.1:26379/2"
     options = values["broker_transport_options"]
     assert options["master_name"] == "mymaster"
@@ -99,7 +99,7 @@ def test_celery_gets_hooklines_sentinel_transport_the_master_and_every_sentinel(
     assert options["sentinel_kwargs"]["password"] == "sentinel-pass"
     # A plain Redis broker is left as it was.
     plain = broker_settings(load_settings({"REDIS_URL": "redis://r:1/0"}))
-    assert plain["broker_transport"] == "hookline.broker:Transport"
+    assert plain["broker_transport"] == "hookline.transport.redis:Transport"
     assert "master_name" not in plain["broker_transport_options"]
 
 

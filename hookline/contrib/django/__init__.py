@@ -35,6 +35,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.dispatch import Signal
 
+from hookline.api.enqueue import prepare_event
 from hookline.contrib.framework import (
     check_environment,
     enqueue_logged,
@@ -42,11 +43,10 @@ from hookline.contrib.framework import (
     prepare_publication,
     publish_logged,
 )
-from hookline.core import operational
+from hookline.core import operational_events
 from hookline.core.config import ConfigError, Settings
 from hookline.core.logs import log_event
-from hookline.core.operational import OperationalEvent
-from hookline.enqueue import prepare_event
+from hookline.core.operational_events import OperationalEvent
 
 __all__ = ["check_configuration", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
            "event_dead_lettered", "publish_on_commit", "send_webhook_on_commit"]
@@ -59,10 +59,10 @@ event_dead_lettered = Signal()
 endpoint_failing = Signal()
 #: An endpoint's circuit breaker closed again.
 endpoint_recovered = Signal()
-SIGNALS = {operational.ENDPOINT_DISABLED: endpoint_disabled,
-           operational.DEAD_LETTERED: event_dead_lettered,
-           operational.ENDPOINT_FAILING: endpoint_failing,
-           operational.ENDPOINT_RECOVERED: endpoint_recovered}
+SIGNALS = {operational_events.ENDPOINT_DISABLED: endpoint_disabled,
+           operational_events.DEAD_LETTERED: event_dead_lettered,
+           operational_events.ENDPOINT_FAILING: endpoint_failing,
+           operational_events.ENDPOINT_RECOVERED: endpoint_recovered}
 
 
 def _send_signal(event: OperationalEvent) -> None:

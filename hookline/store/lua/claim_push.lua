@@ -1,7 +1,7 @@
 -- send_webhook's enqueue in one round trip when the broker is Hookline's own Redis: bind the
 -- event id to its content (piece_claim.lua, as claim.lua) and, unless the endpoint is unknown
 -- or the id is bound to another content, push the task message onto its queue and a wake-up
--- token onto the queue's doorbell (hookline/broker.py's publish). Nothing is pushed otherwise.
+-- token onto the queue's doorbell (hookline/transport/push.py's publish). Nothing is pushed otherwise.
 -- KEYS[1]  hookline:{ep}:endpoint          endpoint hash
 -- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
 -- KEYS[3]  hookline:{ep}:digest:<event>    Hookline 0.2's binding, honoured

@@ -8,7 +8,7 @@
 -- tag as a JSON string, then kombu's record [message, exchange, routing key] (one ZADD; kombu
 -- keeps the record in a hash and the tag in an index, two writes and two removals). The
 -- caller keeps the member to remove it on the acknowledgement (ZREM); the restore sweep reads
--- the message back out of it (hookline/broker.py, unacked.py).
+-- the message back out of it (hookline/transport/redis.py, unacked.py).
 --
 -- Held endpoints (when ARGV[2] is '1': Hookline's state lives in this Redis): a delivery whose
 -- endpoint is held (paused, circuit open, half-open probe in flight, Retry-After block: the rule
@@ -62,7 +62,7 @@
 -- ARGV[7]      most messages to take in this call (the consumer's free prefetch slots): a
 --              consumer behind a backlog takes several per round trip
 -- ARGV[8]      the consuming process's liveness token, written at the head of each record
---              ('' for none: hookline/liveness.py)
+--              ('' for none: hookline/transport/liveness.py)
 -- ARGV[9]      slots of all live workers (0: no fair shares)
 -- ARGV[10]     an endpoint holding more than this many leaves half the slots to the queue
 --              behind it (0: never)

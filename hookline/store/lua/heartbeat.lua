@@ -1,4 +1,4 @@
--- One heartbeat of a consuming process (hookline/liveness.py), and the declaration of the
+-- One heartbeat of a consuming process (hookline/transport/liveness.py), and the declaration of the
 -- processes that stopped beating: one round trip per process every HOOKLINE_HEARTBEAT_INTERVAL, on Redis
 -- time (about eight commands).
 -- KEYS[1]  hookline:workers:live   sorted set: registration token -> latest heartbeat (ms)

@@ -2,7 +2,7 @@
 -- atomic step, only if the record is still there: an acknowledgement that removed it first
 -- (the worker finished just as the sweep saw the message as overdue) wins, and nothing is
 -- pushed. The record is a member of the unacked records sorted set (consume.lua writes it;
--- hookline/unacked.py reads it). kombu does the same for its hash records with WATCH on the
+-- hookline/transport/unacked.py reads it). kombu does the same for its hash records with WATCH on the
 -- hash; a WATCH on this set would fail on every consume and acknowledgement meanwhile.
 -- KEYS[1]        the unacked records (sorted set)
 -- KEYS[2...]     per queue to push onto, in pairs: its list (kombu's priority list for the

@@ -37,10 +37,10 @@
 -- KEYS[5]  (optional) the broker's unacked records (the broker is this Redis)
 -- ARGV[19] (optional) the message's member in KEYS[5]. The fence: when it is no longer
 --          there, the message was restored to another worker (this process was declared
---          dead, hookline/liveness.py) and nothing of this outcome is written. When ARGV[20]
+--          dead, hookline/transport/liveness.py) and nothing of this outcome is written. When ARGV[20]
 --          is '1' (the outcome is 'delivered') it is removed here, so the message is
 --          acknowledged in the step that marks the event done (a round trip less per
---          delivery; hookline/unacked.py)
+--          delivery; hookline/transport/unacked.py)
 -- Returns  {held, transition, fenced}: held is 1 if this attempt still held its lease;
 --          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
 --          else ''; fenced is 1 when a fence refused the outcome (nothing written): the

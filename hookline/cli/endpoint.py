@@ -1,0 +1,295 @@
+"""``hookline endpoint``: register and manage the receivers of webhooks (add, list, show,
+update, disable, enable, pause, resume, remove, rotate-secret).
+
+A signing secret is printed once, when ``endpoint add`` generates it, and masked everywhere
+else; a header's value is never echoed back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from hookline.cli.apps import subscription_text
+from hookline.cli.breaker import breaker_json, describe
+from hookline.cli.event import describe_last_error, describe_recent
+from hookline.cli.output import echo_fields, echo_json, echo_table, format_time, shorten
+from hookline.cli.params import HeaderParam, JsonParam
+from hookline.cli.secret import rotate_secret
+from hookline.core import redact
+from hookline.core.endpoint import Endpoint, EndpointError
+from hookline.core.endpoint_validation import validate_headers
+from hookline.core.event import shown
+from hookline.delivery.retries import (
+    disable_endpoint,
+    pause_endpoint,
+    remove_endpoint,
+    resume_endpoint,
+)
+from hookline.store.endpoints import EndpointRegistry
+from hookline.store.gates import Gate
+from hookline.store.history import AttemptHistory
+
+RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
+                     "'{\"max_attempts\": 5, \"max_backoff\": 600}'.")
+RATE_HELP = ("Most requests to this endpoint from all workers together: N/s, N/m or N/h "
+             "(e.g. 50/s, 3000/m)")
+BURST_HELP = "Requests that may go out back to back before the rate spaces them"
+APP_HELP = "The application the endpoint belongs to ('hookline publish APP' reaches it)"
+EVENTS_HELP = ("Event types it receives, comma-separated: exact (order.created), a prefix "
+               "ending in '.*' (order.*) or '*'")
+CHANNELS_HELP = ("Channels it listens to, comma-separated: it receives only events carrying "
+                 "one of them")
+HEADER_HELP = ("A header sent on every request, NAME:VALUE (repeatable). The value is kept "
+               "like a secret: masked in listings, never logged. webhook-*, Content-Type, "
+               "Content-Length, Host and hop-by-hop headers are refused.")
+MAX_IN_FLIGHT_HELP = ("The most attempts in flight to this endpoint at once, across all "
+                      "workers (protects its receiver; beyond it deliveries wait without "
+                      "holding a worker)")
+
+
+@click.group()
+def endpoint() -> None:
+    """Register and manage the receivers of webhooks."""
+
+
+def _status(item: Endpoint) -> str:
+    if not item.enabled:
+        return f"disabled ({item.disabled_reason or 'no reason'})"
+    return f"paused since {format_time(item.paused_at)}" if item.paused else "enabled"
+
+
+def _rate(item: Endpoint) -> str | None:
+    return f"{item.rate} burst {item.public()['burst']}" if item.rate else None
+
+
+def _burst(item: Endpoint) -> str:
+    if not item.rate:
+        return "- (no effect without a rate)"
+    return f"{item.public()['burst']}" + (" (default)" if item.burst is None else "")
+
+
+def checked_rate(rate: str | None) -> str | None:
+    """``rate`` as given, once known to be ASCII: ``parse_rate`` trusts ``str.isdigit``, which
+    passes digits such as '²' that ``int`` then refuses with a bare ValueError."""
+    if rate is not None and not rate.isascii():
+        raise EndpointError(f"rate {shown(rate)} is invalid: use N/s, N/m or N/h with N a "
+                            "positive integer (e.g. 50/s, 3000/m)", "rate")
+    return rate
+
+
+def _cap(value: int | None) -> int | None:
+    """--max-in-flight as given to add: 0 is refused there (it means 'remove' for update)."""
+    if value is not None and value < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--max-in-flight")
+    return value
+
+
+@endpoint.command("add")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", required=True, help="Where events are POSTed (http or https).")
+@click.option("--secret", metavar="whsec_...",
+              help="Signing secret (whsec_ + base64 of 24-64 bytes); generated when omitted.")
+@click.option("--timeout", type=float, metavar="SECONDS",
+              help="Read timeout for this endpoint (default HOOKLINE_READ_TIMEOUT).")
+@click.option("--retry-policy", type=JsonParam(object_only=True), help=RETRY_POLICY_HELP)
+@click.option("--rate", metavar="N/s|N/m|N/h", help=RATE_HELP + "; no limit when omitted.")
+@click.option("--burst", type=int, metavar="N",
+              help=BURST_HELP + " (default: the registry's).")
+@click.option("--header", "headers", type=HeaderParam(), multiple=True, help=HEADER_HELP)
+@click.option("--app", "app_id", metavar="APP", help=APP_HELP + ".")
+@click.option("--events", metavar="TYPES", help=EVENTS_HELP + "; every type when omitted.")
+@click.option("--channels", metavar="CHANNELS",
+              help=CHANNELS_HELP + "; no channel filter when omitted.")
+@click.option("--max-in-flight", type=int, metavar="N",
+              help=MAX_IN_FLIGHT_HELP + "; no cap when omitted.")
+def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
+                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
+                 headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
+                 channels: str | None, max_in_flight: int | None) -> None:
+    """Register endpoint ID. Without --secret a secret is generated and printed once."""
+    # Without --burst the registry's own default applies.
+    extra: dict[str, Any] = {} if burst is None else {"burst": burst}
+    added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
+                                   retry_policy=retry_policy, rate=checked_rate(rate),
+                                   headers=validate_headers({}, headers), app=app_id,
+                                   event_types=events, channels=channels,
+                                   max_in_flight=_cap(max_in_flight), **extra)
+    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}"
+               + (f" in application {added.app} ({subscription_text(added)})"
+                  if added.app else ""))
+    if not added.app and (added.event_types or added.channels):
+        click.echo("warning: --events and --channels choose what 'hookline publish' sends; "
+                   "they have no effect without --app", err=True)
+    if added.rate is None and burst is not None:
+        click.echo("warning: --burst has no effect without --rate", err=True)
+    if not secret:
+        click.echo(f"signing secret: {added.secrets[0]}")
+        click.echo("Store it now: it will not be shown again.")
+
+
+@endpoint.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
+def endpoint_list(as_json: bool) -> None:
+    """List endpoints."""
+    endpoints = EndpointRegistry().list()
+    if as_json:
+        echo_json([item.public() for item in endpoints])
+        return
+    if not endpoints:
+        click.echo("no endpoints: add one with 'hookline endpoint add ID --url URL'")
+        return
+    echo_table(
+        ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],
+        [
+            (item.id, shorten(redact.url(item.url)), _status(item), item.timeout, _rate(item),
+             json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
+             else "default", format_time(item.updated_at))
+            for item in endpoints
+        ],
+    )
+
+
+@endpoint.command("show")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
+def endpoint_show(endpoint_id: str, as_json: bool) -> None:
+    """Show one endpoint: its effective retry policy, breaker, recent success rate and last
+    error."""
+    item = EndpointRegistry().require(endpoint_id)
+    status = Gate().breaker_status(item.id)
+    recent = AttemptHistory().recent(item.id)
+    inflight, waiting = Gate().in_flight(item.id)
+    if as_json:
+        echo_json({**item.public(), "breaker": breaker_json(status), "recent": recent.as_dict(),
+                   "in_flight": inflight, "waiting": waiting})
+        return
+    policy = item.policy()
+    default_timeout = item.timeout is None
+    echo_fields([
+        ("id", item.id),
+        ("url", redact.url(item.url)),
+        ("status", _status(item)),
+        ("secrets", ", ".join(item.public()["secrets"])),
+        ("headers", ", ".join(f"{name}: {value}" for name, value in
+                              item.public()["headers"].items()) or "none"),
+        ("read timeout", f"{item.read_timeout():g}s" + (" (default)" if default_timeout else "")),
+        ("retry policy", json.dumps(policy.as_dict(), sort_keys=True)),
+        ("overrides", json.dumps(dict(item.retry_policy), sort_keys=True)),
+        ("retry window", f"{policy.window():g}s"),
+        ("rate", item.rate or "no limit"),
+        ("burst", _burst(item)),
+        ("max in flight", item.max_in_flight or "no cap (its fair share of the slots)"),
+        ("in flight", f"{inflight} now, {waiting} waiting for a slot"),
+        ("application", item.app),
+        ("subscription", subscription_text(item) if item.app else None),
+        ("created", format_time(item.created_at)),
+        ("updated", format_time(item.updated_at)),
+        ("breaker", describe(status)),
+        ("recent attempts", describe_recent(recent)),
+        ("last error", describe_last_error(recent)),
+        ("last success", format_time(recent.last_success_at)),
+    ])
+
+
+@endpoint.command("update")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--url", help="New URL (http or https).")
+@click.option("--secret", metavar="whsec_...", help="New signing secret (replaces the old one).")
+@click.option("--timeout", type=float, metavar="SECONDS", help="New read timeout.")
+@click.option("--retry-policy", type=JsonParam(object_only=True),
+              help=RETRY_POLICY_HELP + " Merged into the current overrides.")
+@click.option("--rate", metavar="N/s|N/m|N/h|none", help=RATE_HELP + "; 'none' removes it.")
+@click.option("--burst", type=int, metavar="N", help=BURST_HELP + ".")
+@click.option("--header", "headers", type=HeaderParam(), multiple=True,
+              help=HEADER_HELP + " A header of the same name is replaced.")
+@click.option("--remove-header", "remove_headers", metavar="NAME", multiple=True,
+              help="Stop sending header NAME (repeatable).")
+@click.option("--app", "app_id", metavar="APP|none", help=APP_HELP + "; 'none' takes it out.")
+@click.option("--events", metavar="TYPES|none", help=EVENTS_HELP + "; 'none': every type.")
+@click.option("--channels", metavar="CHANNELS|none",
+              help=CHANNELS_HELP + "; 'none': no channel filter.")
+@click.option("--max-in-flight", type=int, metavar="N",
+              help=MAX_IN_FLIGHT_HELP + "; 0 removes the cap.")
+def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
+                    timeout: float | None, retry_policy: dict[str, Any] | None,
+                    rate: str | None, burst: int | None, headers: tuple[tuple[str, str], ...],
+                    remove_headers: tuple[str, ...], app_id: str | None,
+                    events: str | None, channels: str | None,
+                    max_in_flight: int | None) -> None:
+    """Change endpoint ID; pending retries use the new values at their next attempt (a new
+    subscription applies to events published after it)."""
+    changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
+               "rate": rate, "burst": burst, "header": headers or None,
+               "removed header": remove_headers or None, "app": app_id, "events": events,
+               "channels": channels, "max_in_flight": max_in_flight}
+    changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
+    if not changed:
+        raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
+                               "--retry-policy, --rate, --burst, --header, --remove-header, "
+                               "--app, --events, --channels or --max-in-flight")
+    updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
+                                        retry_policy=retry_policy, rate=checked_rate(rate),
+                                        burst=burst, headers=dict(headers),
+                                        remove_headers=remove_headers, app=app_id,
+                                        event_types=events, channels=channels,
+                                        max_in_flight=max_in_flight)
+    click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
+    if updated.rate is None and burst is not None:
+        click.echo("warning: --burst has no effect without a rate", err=True)
+
+
+@endpoint.command("disable")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--reason", default="disabled by operator", show_default=True,
+              help="Why; shown in listings and dead letters.")
+def endpoint_disable(endpoint_id: str, reason: str) -> None:
+    """Stop sending to endpoint ID; its events go to the dead-letter queue."""
+    disable_endpoint(EndpointRegistry(), endpoint_id, reason)
+    click.echo(f"disabled endpoint {endpoint_id}")
+
+
+@endpoint.command("enable")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_enable(endpoint_id: str) -> None:
+    """Send to endpoint ID again."""
+    EndpointRegistry().enable(endpoint_id)
+    click.echo(f"enabled endpoint {endpoint_id}")
+
+
+@endpoint.command("pause")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_pause(endpoint_id: str) -> None:
+    """Hold every delivery to endpoint ID in the retry schedule until 'resume': nothing is
+    sent, no attempt is used, nothing is dead-lettered (unlike 'disable')."""
+    pause_endpoint(EndpointRegistry(), endpoint_id)
+    click.echo(f"paused endpoint {endpoint_id}: its deliveries wait until "
+               f"'hookline endpoint resume {endpoint_id}'")
+
+
+@endpoint.command("resume")
+@click.argument("endpoint_id", metavar="ID")
+def endpoint_resume(endpoint_id: str) -> None:
+    """End the pause of endpoint ID: the deliveries held for it go out in the order they came
+    in, within its rate limit."""
+    _, released = resume_endpoint(EndpointRegistry(), endpoint_id)
+    click.echo(f"resumed endpoint {endpoint_id}: {released} held deliveries due now")
+
+
+@endpoint.command("remove")
+@click.argument("endpoint_id", metavar="ID")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def endpoint_remove(endpoint_id: str, yes: bool) -> None:
+    """Remove endpoint ID; its pending events will be dead-lettered (endpoint_removed)."""
+    registry = EndpointRegistry()
+    registry.require(endpoint_id)
+    if not yes:
+        click.confirm(f"Remove endpoint {endpoint_id}? Its pending events will be "
+                      "dead-lettered.", abort=True)
+    remove_endpoint(registry, endpoint_id)
+    click.echo(f"removed endpoint {endpoint_id}")
+
+
+endpoint.add_command(rotate_secret)

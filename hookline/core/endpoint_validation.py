@@ -1,0 +1,173 @@
+"""Checking an endpoint's fields as an operator gives them (the CLI, the registry's ``add``
+and ``update``): each check returns the value in canonical form or raises
+:class:`~hookline.core.endpoint.EndpointError` naming the field and what to fix.
+
+Pure but for :func:`check_target`, which resolves the URL's host name once to refuse a private
+address early (every send checks again).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from hookline.core.config import MAX_READ_TIMEOUT, settings
+from hookline.core.endpoint import SECRET_PREFIX, EndpointError
+from hookline.core.errors import InvalidField
+from hookline.core.event import check_endpoint_id, check_text
+from hookline.core.headers import merge_headers
+from hookline.core.policy import PolicyError, parse_rate
+from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
+from hookline.core.subscriptions import (
+    MAX_ENDPOINT_CHANNELS,
+    SubscriptionError,
+    parse_channels,
+    parse_filters,
+)
+from hookline.core.target import check_endpoint_url, parse_target
+
+#: Longest reason given for disabling an endpoint, characters.
+MAX_REASON_LENGTH = 200
+#: Longest per-endpoint read timeout, seconds: an attempt must end well inside its lease.
+MAX_TIMEOUT = MAX_READ_TIMEOUT
+
+
+def validate_endpoint_id(endpoint_id: str) -> str:
+    """``endpoint_id`` if valid (:func:`hookline.core.event.check_endpoint_id`)."""
+    try:
+        return check_endpoint_id(endpoint_id)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+def validate_url(url: str) -> str:
+    """``url`` if well formed, as the sender will parse it (:mod:`hookline.core.target`)."""
+    try:
+        return parse_target(url).url
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+def check_target(url: str, *, resolve: Resolver = system_resolve) -> str:
+    """Refuse a URL the SSRF guard would refuse at send time: http when HOOKLINE_HTTPS_ONLY
+    is set, a name that can never be public (``localhost``, ``*.local``, ...), a private,
+    loopback, link-local or other non-public address, or a name resolving to one. A name that
+    does not resolve now is accepted: it is checked again at every send."""
+    config = settings()
+    try:
+        target = check_endpoint_url(url, allowed=config.allowed_networks,
+                                    https_only=config.https_only)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+    try:
+        pin_address(target.host, target.port, config.allowed_networks, resolve=resolve)
+    except TargetRefused as refused:
+        raise EndpointError(f"url refused: {refused}", "url") from None
+    except OSError:
+        pass  # DNS may be down now; every send checks again
+    return url
+
+
+def validate_reason(reason: str) -> str:
+    """Why an endpoint is disabled: shown in listings, dead letters and log lines."""
+    try:
+        return check_text("reason", reason, limit=MAX_REASON_LENGTH)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+def validate_secret(secret: str) -> str:
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64",
+                            "secret")
+    encoded = secret[len(SECRET_PREFIX) :]
+    try:
+        # Pad to a multiple of 4 only: strict decoding rejects padding beyond that.
+        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise EndpointError("the secret after 'whsec_' is not valid base64", "secret") from None
+    if not 24 <= len(raw) <= 64:
+        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}",
+                            "secret")
+    return secret
+
+
+def validate_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    longest = settings().longest_read_timeout()
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
+            0.1 <= timeout <= longest):
+        raise EndpointError(
+            f"timeout {timeout!r} must be between 0.1 and {longest:g} seconds (at most "
+            f"{MAX_TIMEOUT:g}, and an attempt must end within CELERY_VISIBILITY_TIMEOUT)",
+            "timeout")
+    return float(timeout)
+
+
+#: Largest burst: beyond this a "rate limit" no longer limits much.
+MAX_BURST = 10_000
+
+
+def validate_rate(rate: str | None) -> str | None:
+    """A rate such as ``50/s`` in canonical form; None or ``none`` for no limit."""
+    if rate is None or str(rate).strip().lower() in ("", "none"):
+        return None
+    try:
+        parse_rate(rate)
+    except PolicyError as exc:
+        raise EndpointError(str(exc), "rate") from None
+    return str(rate).strip()
+
+
+def validate_burst(burst: int) -> int:
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_BURST:
+        raise EndpointError(f"burst {burst!r} must be an integer from 1 to {MAX_BURST}", "burst")
+    return burst
+
+
+#: The largest --max-in-flight accepted.
+MAX_IN_FLIGHT = 100_000
+
+
+def validate_max_in_flight(value: int | None) -> int | None:
+    """A hard cap on attempts in flight (None: none; 0 is accepted by update, to remove it)."""
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 0 <= value <= MAX_IN_FLIGHT):
+        raise EndpointError(f"max_in_flight {value!r} must be an integer from 1 to "
+                            f"{MAX_IN_FLIGHT} (0 to remove the cap)", "max_in_flight")
+    return value or None
+
+
+def validate_headers(current: Mapping[str, str], added: Any = (), removed: Any = ()
+                     ) -> dict[str, str]:
+    """``current`` headers with ``removed`` names taken out and ``added`` (name, value) pairs
+    set, each checked (:mod:`hookline.core.headers`); the error never quotes a value."""
+    if isinstance(added, Mapping):
+        added = list(added.items())
+    try:
+        return merge_headers(current, added, removed)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+def validate_policy_override(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        settings().retry_policy.replace(overrides)
+    except PolicyError as exc:
+        raise EndpointError(f"invalid retry policy: {exc}", "retry_policy") from None
+    return dict(overrides)
+
+
+def validate_subscription(event_types: Any, channels: Any) -> tuple[tuple[str, ...],
+                                                                      tuple[str, ...]]:
+    """An endpoint's event-type filter and channels, checked (None: none)."""
+    try:
+        return (parse_filters(event_types),
+                parse_channels(channels, limit=MAX_ENDPOINT_CHANNELS))
+    except SubscriptionError as exc:
+        raise EndpointError(str(exc), exc.field) from None
