@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,6 +51,7 @@ from celery.signals import after_task_publish  # noqa: E402
 from examples.receiver import Receiver  # noqa: E402
 from hookline.core.messages import DELIVERY_QUEUE  # noqa: E402
 from hookline.store import connection as store  # noqa: E402
+from tests.support.servers import free_port, stop_process  # noqa: E402  (tests import them from here)
 
 
 def _hookline_keys_deleted() -> None:
@@ -278,24 +278,6 @@ def receiver_process(tmp_path: Path) -> Iterator[tuple[str, Any]]:
     yield f"http://127.0.0.1:{port}", requests
     process.terminate()
     process.wait(10)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
-                 timeout: float = 20.0) -> None:
-    """Signal ``process`` and wait for it; kill it if it outlives ``timeout``."""
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 class PrivateRedis:

@@ -39,6 +39,7 @@ from typing import Any
 import click
 
 from hookline.core.config import settings
+from hookline.core.variables import celery_worker_settings
 
 #: Set in each supervised worker's environment: the supervisor owns the metrics directory
 #: (cleared once, before any worker starts) and the metrics port.
@@ -134,6 +135,10 @@ def worker_command(processes_option: str | None, app: str, celery_args: tuple[st
     """Run Celery workers, one per usable core by default; other arguments go to
     ``celery worker`` (e.g. ``-l info``, ``-Q hookline``)."""
     processes = processes_to_run(processes_option)
+    # The settings each worker will read, checked here: one line from this command, not one
+    # from each worker it would start (the errors are ConfigError: HooklineGroup's one line).
+    settings()
+    celery_worker_settings(os.environ)
     if processes == 1:
         command = celery_command(app, celery_args, 1)
         os.execv(command[0], command)  # that one worker, as if started directly

@@ -46,9 +46,10 @@ from hookline.contrib.framework import (
     publish_logged,
 )
 from hookline.core import operational_events
-from hookline.core.config import Settings
+from hookline.core.config import ConfigError, Settings
 from hookline.core.logs import log_event
 from hookline.core.operational_events import OperationalEvent
+from hookline.core.refusal import refused
 
 __all__ = ["Hookline", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
            "event_dead_lettered"]
@@ -103,8 +104,13 @@ class Hookline:
     def init_app(self, app: Flask) -> None:
         """Validate Hookline's environment settings; raises
         ``hookline.core.config.ConfigError`` naming the bad variable, or a ``HOOKLINE_*`` key
-        in ``app.config``."""
-        self.settings = check_environment(app.config, source=f"Flask app {app.name!r} config")
+        in ``app.config`` (a :class:`~hookline.core.refusal.SettingRefused`, which the
+        ``flask`` command line prints as one line)."""
+        try:
+            self.settings = check_environment(app.config,
+                                              source=f"Flask app {app.name!r} config")
+        except ConfigError as error:
+            raise refused(error) from None  # `flask run` and friends: one line
         app.extensions["hookline"] = self
         app.after_request(_publish_pending)
 

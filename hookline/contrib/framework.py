@@ -40,7 +40,8 @@ def check_environment(framework_keys: Iterable[Any], *, source: str) -> Settings
         raise ConfigError(
             f"{source} sets {', '.join(misplaced)}: Hookline reads its settings from the "
             "environment only, so that the worker and the web process agree. Set them as "
-            "environment variables of both processes (see README, Configuration)"
+            "environment variables of both processes "
+            "(see https://hookline.github.io/hookline/operations/configuration/)"
         )
     try:
         return settings()

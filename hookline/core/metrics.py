@@ -13,7 +13,8 @@ registered. :class:`EndpointLabels` gives the label value: the endpoint's id for
 endpoint, ``_unknown`` for one that is not (made-up, removed, malformed), and ``_other`` past
 ``HOOKLINE_METRICS_MAX_ENDPOINTS`` endpoints. The worker's server drops the series of
 endpoints removed since (``EndpointLabels.retain``). Histograms carry no endpoint label at all:
-per endpoint there are counters only (see README, "series budget").
+per endpoint there are counters only (docs/operations/metrics.md, "Series budget, per
+worker").
 """
 
 from __future__ import annotations

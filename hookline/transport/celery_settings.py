@@ -16,8 +16,10 @@ from typing import Any
 from kombu import Exchange, Queue
 
 from hookline.core import sentinel
-from hookline.core.config import Settings, broker_is_amqp, settings
+from hookline.core.config import ConfigError, Settings, broker_is_amqp, settings
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
+from hookline.core.refusal import refused
+from hookline.core.variables import celery_worker_settings
 from hookline.store.connection import MAX_CONNECTIONS
 from hookline.transport import compat
 from hookline.transport.amqp import SENTINEL_TRANSPORT, TRANSPORT
@@ -120,7 +122,13 @@ def _use_transport(values: dict[str, Any], transport: str, kind: str, *,
 # The worker's own app publishes only task events (Flower's): they need no publisher confirm,
 # and waiting for one from a pool thread is what the heartbeat note above is about. The
 # publishing app (deliveries, released retries: hookline/transport/app.py) has them.
-_broker = broker_settings(settings(), confirm_publish=False)
+try:
+    _broker = broker_settings(settings(), confirm_publish=False)
+    #: CELERY_WORKER_* from the environment, each checked (hookline.core.variables).
+    _worker = celery_worker_settings(os.environ)
+except ConfigError as error:
+    # Read while Celery's command line parses its options: one line, not Celery's traceback.
+    raise refused(error) from None
 
 # The broker is the same Redis as Hookline's state unless HOOKLINE_BROKER_URL says otherwise.
 broker_url = _broker["broker_url"]
@@ -159,7 +167,7 @@ worker_cancel_long_running_tasks_on_connection_loss = True
 
 # Prefetch one message per execution slot: a worker must not hoard events that another, idle
 # worker could send now, and a crash returns at most one message per slot to the queue.
-worker_prefetch_multiplier = int(os.environ.get("CELERY_WORKER_PREFETCH_MULTIPLIER", "1"))
+worker_prefetch_multiplier = _worker["worker_prefetch_multiplier"]
 
 # How long an unacknowledged message stays invisible before Redis hands it to another worker:
 # how late the messages of a worker that died entirely (the whole container, not a pool child)
@@ -187,8 +195,8 @@ broker_connection_retry_on_startup = True
 # CPU (measured in docs/workers.md: bench.inflight). Celery's time
 # limits are not enforced under threads: the HTTP client's connect and read timeouts bound
 # every attempt instead.
-worker_pool = os.environ.get("CELERY_WORKER_POOL", "threads")
-worker_concurrency = int(os.environ.get("CELERY_WORKER_CONCURRENCY", "512"))
+worker_pool = _worker["worker_pool"]
+worker_concurrency = _worker["worker_concurrency"]
 
 # Two queues: first deliveries and retries. `celery -A app worker` with no -Q consumes both.
 task_default_queue = DELIVERY_QUEUE
@@ -211,7 +219,7 @@ task_send_sent_event = _broker["task_send_sent_event"]
 # messages it prefetched but did not start go back to the queue. A soft shutdown timeout gives
 # running attempts this many seconds after a second signal before the cold shutdown. Container
 # stop grace periods must be longer than the longest attempt plus this.
-worker_soft_shutdown_timeout = float(os.environ.get("CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT", "30"))
+worker_soft_shutdown_timeout = _worker["worker_soft_shutdown_timeout"]
 worker_enable_soft_shutdown_on_idle = True
 
 worker_hijack_root_logger = True

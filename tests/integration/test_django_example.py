@@ -236,3 +236,22 @@ def test_publish_on_commit_fans_out_only_once_the_transaction_commits(django_cli
     delivered(endpoint_id, event_id)
     assert [r.webhook_id for r in receiver.requests_to(f"/{endpoint_id}")] == [event_id]
     assert rolled_back != event_id
+
+
+def test_a_bad_environment_value_is_the_system_check_error_naming_it(
+        django_client, monkeypatch: pytest.MonkeyPatch):
+    """Django's own way to report configuration: ``manage.py check`` prints the error in one
+    line and exits 1 (tests/integration/test_setting_doors.py runs it), a good one passes."""
+    from django.core import checks
+
+    monkeypatch.setenv("HOOKLINE_JITTER", "2")
+    monkeypatch.setattr(config, "_configured", None)
+    config._from_environment.cache_clear()
+    try:
+        errors = [message for message in checks.run_checks() if message.id == "hookline.E001"]
+        assert [message.level for message in errors] == [checks.ERROR]
+        assert "HOOKLINE_JITTER" in errors[0].msg
+    finally:
+        monkeypatch.undo()
+        config._from_environment.cache_clear()
+    assert not [message for message in checks.run_checks() if message.id == "hookline.E001"]

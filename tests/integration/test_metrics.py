@@ -148,7 +148,8 @@ def test_worker_serves_counts_of_a_real_run(receiver, start_worker, isolated, br
                         "hookline_breaker_state"}
     assert not [name for name in names if name.startswith("hookline_")
                 and name.endswith("_created")]
-    # Series per endpoint (README, "series budget"): one per counter and label set moved.
+    # Series per endpoint (docs/operations/metrics.md, "Series budget"): one per counter and
+    # label set moved.
     assert {endpoint: len(series) for endpoint, series in by_endpoint(samples).items()} == {
         "m-ok": 4,  # delivered, duplicate, responses 2xx, attempt seconds
         "m-flaky": 5,  # delivered, retry, responses 5xx and 2xx, attempt seconds
@@ -195,7 +196,7 @@ def test_series_stay_bounded_under_made_up_removed_and_too_many_endpoints(
     wait_until(lambda: value(scrape(port), "hookline_deliveries_total", endpoint="_unknown",
                              outcome="dead_lettered", reason="endpoint_removed") == 21)
     assert "b-1" not in by_endpoint(scrape(port))
-    # Series budget: per endpoint label, at most what README says (here: 3 each).
+    # Series budget: per endpoint, at most what docs/operations/metrics.md says (here: 3 each).
     assert all(len(series) <= 3 for series in by_endpoint(scrape(port)).values())
 
 

@@ -32,7 +32,7 @@ from hookline.store.schedule import RetrySchedule
 from hookline.transport.envelope import build_message
 from tests.conftest import PrivateRedis, WorkerProcess, wait_until
 from tests.support.cli import fails, json_out, succeeds
-from tests.support.cluster import LocalCluster
+from tests.support.servers import LocalCluster
 
 pytestmark = pytest.mark.scale
 

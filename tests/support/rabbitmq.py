@@ -5,39 +5,18 @@ after. A test that needs one skips, saying why, when ``rabbitmqctl`` or the serv
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
-#: Where the machine's RabbitMQ is expected (override with HOOKLINE_TEST_AMQP_HOST / _PORT).
-HOST = os.environ.get("HOOKLINE_TEST_AMQP_HOST", "127.0.0.1")
-PORT = int(os.environ.get("HOOKLINE_TEST_AMQP_PORT", "5672"))
+from tests.support.servers import AMQP_HOST, AMQP_PORT, rabbitmq_unavailable, rabbitmqctl
+
+HOST, PORT = AMQP_HOST, AMQP_PORT
 USER, PASSWORD = "guest", "guest"
-
-
-def _ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    """``rabbitmqctl *args``, in its own session (a Ctrl-C reaches only the test run, which
-    then cleans up with rabbitmqctl)."""
-    return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=60,
-                          check=False, start_new_session=True)
-
-
-def unavailable() -> str | None:
-    """Why a RabbitMQ vhost cannot be made here, or None when it can."""
-    if shutil.which("rabbitmqctl") is None:
-        return "rabbitmqctl is not installed (RabbitMQ is needed for the RabbitMQ broker tests)"
-    try:
-        with socket.create_connection((HOST, PORT), timeout=2):
-            pass
-    except OSError as exc:
-        return f"no RabbitMQ answers on {HOST}:{PORT} ({exc.strerror or exc})"
-    return None
+_ctl = rabbitmqctl
+unavailable = rabbitmq_unavailable
 
 
 def url(vhost: str, scheme: str = "pyamqp") -> str:

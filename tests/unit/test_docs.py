@@ -4,9 +4,13 @@ commit ids: those go to CHANGELOG.md)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
+import shlex
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +122,276 @@ def test_every_page_is_in_the_navigation() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = {str(path.relative_to(ROOT / "docs")) for path in (ROOT / "docs").rglob("*.md")}
     assert {page for page in pages if page not in nav} == set()
+
+
+# -- names the docs give: files, modules and commands that exist -----------------------------
+
+#: Folders of the repository whose files the docs name by path.
+REPOSITORY_FOLDERS = ("hookline", "tests", "bench", "scripts", "examples", "app", "tasks", "docs")
+#: A file or folder path in the repository: ``hookline/store/lua/consume.lua``, ``tests/unit/``.
+REPOSITORY_PATH = re.compile(rf"(?<![\w./-])(?:{'|'.join(REPOSITORY_FOLDERS)})/[\w./*-]*")
+#: ``hookline/<version>``, the User-Agent, is no path.
+USER_AGENT = re.compile(r"hookline/\d")
+#: A dotted name in the package or the benchmarks (``python -m bench.inflight``): a module, or
+#: a module then an attribute.
+DOTTED_NAME = re.compile(r"(?<![\w./-])(?:hookline|bench)(?:\.[A-Za-z_]\w*)+")
+#: A Lua script named alone (``consume.lua``): one of the package's scripts.
+LUA_SCRIPT = re.compile(r"(?<![\w./-])\w+\.lua\b")
+#: Fenced code blocks whose lines are not shell commands.
+NOT_SHELL = re.compile(r"^\s*```\s*(python|py|pycon|toml|ini|yaml|json|text|diff)\b")
+#: A ``hookline`` command at the start of a line, after an optional prompt.
+COMMAND_LINE = re.compile(r"^\s*(?:\$\s+)?hookline\s+(?P<rest>\S.*)$")
+#: An inline code span.
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _mentions(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
+    """(page, mention) for every match of ``pattern`` in README.md and docs/**/*.md."""
+    return [(str(path.relative_to(ROOT)), match.group(0).rstrip("."))
+            for path in _user_docs() for match in pattern.finditer(path.read_text())]
+
+
+def _module_file(parts: list[str]) -> Path | None:
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements of a module's own scope, inside if/try/with blocks too."""
+    for node in body:
+        if isinstance(node, ast.If | ast.Try | ast.With):
+            nested = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            for handler in getattr(node, "handlers", []):
+                nested.extend(handler.body)
+            yield from _top_level(nested)
+        else:
+            yield node
+
+
+def _defined(path: Path) -> dict[str, ast.AST | str]:
+    """Names a module defines: a def or class (its node), an assignment (its node), or an
+    import (the full name it stands for, to follow); ``import *`` from the package merged in."""
+    names: dict[str, ast.AST | str] = {}
+    for node in _top_level(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update({target.id: node for target in targets if isinstance(target, ast.Name)})
+        elif isinstance(node, ast.Import):
+            names.update({(alias.asname or alias.name.split(".")[0]): alias.name
+                          for alias in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                star = alias.name == "*" and _module_file(node.module.split("."))
+                if star:
+                    names.update(_defined(star))
+                elif alias.name != "*":
+                    names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _class_members(node: ast.ClassDef) -> set[str]:
+    members: set[str] = set()
+    for statement in node.body:
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            members.add(statement.name)
+        elif isinstance(statement, ast.Assign):
+            members |= {target.id for target in statement.targets if isinstance(target, ast.Name)}
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            members.add(statement.target.id)
+    return members
+
+
+def _class_of(value: ast.AST | str, names: dict[str, ast.AST | str]) -> ast.ClassDef | None:
+    """The class a name is, or is an instance of (``deliver = DeliverHandle()``), if the
+    module defines it."""
+    if isinstance(value, ast.ClassDef):
+        return value
+    call = getattr(value, "value", None)
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+        found = names.get(call.func.id)
+        return found if isinstance(found, ast.ClassDef) else None
+    return None
+
+
+def _unresolved(dotted: str) -> str | None:
+    """Why ``dotted`` names nothing in the package, or None when it does: its longest module
+    prefix exists, the next name is defined there (followed through imports into the package),
+    and a member of a class of no bases (or of a module-level instance of one) is defined in
+    the class. Read with ast: nothing is imported."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        path = _module_file(parts[:split])
+        if path is not None:
+            break
+    else:
+        return "no such module"
+    rest = parts[split:]
+    if not rest:
+        return None
+    names = _defined(path)
+    value = names.get(rest[0])
+    if value is None:
+        return f"{'.'.join(parts[:split])} defines no {rest[0]!r}"
+    if isinstance(value, str):
+        ours = value.split(".")[0] in ("hookline", "bench")
+        return _unresolved(".".join([value, *rest[1:]])) if ours else None
+    cls = _class_of(value, names)
+    if len(rest) > 1 and cls is not None and not cls.bases and rest[1] not in _class_members(cls):
+        return f"{cls.name} has no {rest[1]!r}"
+    return None
+
+
+#: Django system check ids (``hookline.E001``, hookline/contrib/django/apps.py): dotted, no module.
+DJANGO_CHECK_ID = re.compile(r"hookline\.[EW]\d{3}")
+
+
+def _wire_names() -> set[str]:
+    """Task and queue names (``hookline.deliver``, ``hookline.retry``): dotted, but no module."""
+    tree = ast.parse((PACKAGE / "core" / "messages.py").read_text())
+    return {node.value.value for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)}
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    missing = [(page, path) for page, path in _mentions(REPOSITORY_PATH)
+               if not USER_AGENT.match(path) and not any(ROOT.glob(path.rstrip("/")))]
+    assert missing == [], f"paths the docs name that the tree does not have: {missing}"
+
+
+def test_every_lua_script_the_docs_name_exists() -> None:
+    missing = [(page, name) for page, name in _mentions(LUA_SCRIPT)
+               if not (PACKAGE / "store" / "lua" / name).is_file()]
+    assert missing == [], f"scripts the docs name that hookline/store/lua/ does not have: {missing}"
+
+
+def test_every_dotted_name_the_docs_give_exists_in_the_package() -> None:
+    wire = _wire_names()
+    wrong = [(page, name, why) for page, name in _mentions(DOTTED_NAME)
+             if name not in wire and not DJANGO_CHECK_ID.fullmatch(name)
+             and (why := _unresolved(name))]
+    assert wrong == [], f"module names the docs give that the package does not have: {wrong}"
+
+
+def test_the_layout_page_names_every_module_of_the_package() -> None:
+    """docs/internals/layout.md walks the package folder by folder: each folder, each module and
+    each public module at the top is named there, so a module added or moved shows up."""
+    layout = (ROOT / "docs" / "internals" / "layout.md").read_text()
+    folders = {path.name for path in PACKAGE.rglob("*") if path.is_dir()
+               and (path / "__init__.py").is_file()} - {"lua"}
+    modules = {path.stem for path in PACKAGE.rglob("*.py") if path.stem != "__init__"}
+    unnamed = sorted(name for name in folders | modules
+                     if not re.search(rf"(?<![\w.]){re.escape(name)}\b", layout))
+    assert unnamed == [], f"docs/internals/layout.md does not name: {unnamed}"
+
+
+def _join_continuations(lines: list[str]) -> Iterator[str]:
+    """Lines with a shell command's ``\\`` continuations joined, so one command is one line."""
+    pending = ""
+    for line in lines:
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+        else:
+            yield pending + line
+            pending = ""
+
+
+def _command_lines(path: Path) -> Iterator[str]:
+    """What follows ``hookline`` in each command the page shows: a line that starts with it
+    (in a shell code block, fenced or indented, or in the README's text; never in a Python
+    block), or an inline code span that does."""
+    in_fence = skip_fence = False
+    for line in _join_continuations(path.read_text().splitlines()):
+        if line.lstrip().startswith("```"):
+            in_fence, skip_fence = not in_fence, bool(NOT_SHELL.match(line)) and not in_fence
+            continue
+        if in_fence and skip_fence:
+            continue
+        match = COMMAND_LINE.match(line)
+        if match:
+            yield match["rest"]
+        elif not in_fence:
+            yield from (span[len("hookline "):] for span in CODE_SPAN.findall(line)
+                        if span.startswith("hookline "))
+
+
+def _alternatives(text: str) -> list[str]:
+    """``endpoint list|show ID|disable ID [--reason TEXT]`` as its alternatives, split at each
+    ``|`` outside brackets; a ``|`` with spaces around it is a pipe, which ends the command, and
+    so does a comment."""
+    text = re.split(r"\s+#|\s\|\s|&&|;|>", text)[0]
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "|" and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [*parts, current]
+
+
+def _check_tokens(command: Any, path: list[str], tokens: list[str]) -> tuple[list[str], str | None]:
+    """Walk ``tokens`` down the click tree from ``command``: each word a group is given names a
+    subcommand, each option one the command has. The path walked, and what was wrong."""
+    import click
+
+    waiting_for_value = False
+    for raw in tokens:
+        token = raw.strip("[]")
+        if not token.strip(".") or waiting_for_value:  # a value, or "..." for the rest
+            waiting_for_value = False
+            continue
+        if token.startswith("-") and len(token) > 1:
+            name = token.split("=")[0]
+            options = {opt: param for param in command.params
+                       if isinstance(param, click.Option)
+                       for opt in (*param.opts, *param.secondary_opts)}
+            if name in options:
+                param = options[name]
+                waiting_for_value = not (param.is_flag or param.count) and "=" not in token
+            elif name not in ("-h", "--help") and not command.context_settings.get(
+                    "ignore_unknown_options"):
+                return path, f"{' '.join(path)} has no option {name}"
+        elif isinstance(command, click.Group):
+            sub = command.commands.get(token)
+            if sub is None:
+                return path, f"{' '.join(path)} has no command {token!r}"
+            command, path = sub, [*path, token]
+    return path, None
+
+
+def _command_problems(text: str) -> list[str]:
+    """What is wrong with ``hookline <text>``. In ``endpoint add|update ID --max-in-flight N``
+    the words and options after the last alternative's command belong to every alternative."""
+    from hookline.cli.main import main
+
+    alternatives = [shlex.split(part) for part in _alternatives(text)]
+    shared = alternatives[-1][1:] if len(alternatives) > 1 else []
+    path, problem = _check_tokens(main, ["hookline"], alternatives[0])
+    if shared and alternatives[0] and alternatives[0][-1] == path[-1]:
+        path, problem = _check_tokens(main, ["hookline"], alternatives[0] + shared)
+    problems = [problem] if problem else []
+    parent = path[:-1] if len(path) > 1 else path
+    group: Any = main
+    for name in parent[1:]:
+        group = group.commands[name]
+    for tokens in alternatives[1:]:
+        _, problem = _check_tokens(group, parent, tokens if len(tokens) > 1 else tokens + shared)
+        problems += [problem] if problem else []
+    return problems
+
+
+def test_every_hookline_command_the_docs_show_exists() -> None:
+    """The click tree, walked without running anything: every ``hookline ...`` line in a code
+    block, at the start of a README line or in an inline code span names a command and
+    options that exist."""
+    wrong = [(str(path.relative_to(ROOT)), text, problem)
+             for path in _user_docs() for text in _command_lines(path)
+             for problem in _command_problems(text)]
+    assert wrong == [], f"commands the docs show that the CLI does not have: {wrong}"

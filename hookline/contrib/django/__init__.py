@@ -81,7 +81,8 @@ forward_operational(_send_signal, lambda kind: SIGNALS[kind].has_listeners())
 
 
 def check_configuration() -> Settings:
-    """Validate Hookline's environment settings; the app's ``ready()`` calls this. Raises
+    """Validate Hookline's environment settings; the app's system check
+    (``hookline.E001``, :func:`hookline.contrib.django.apps.check_settings`) calls this. Raises
     ``ImproperlyConfigured`` naming the bad variable, or a ``settings.HOOKLINE`` / ``HOOKLINE_*``
     Django setting (Hookline does not read Django settings)."""
     from django.conf import settings as django_settings

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 
 
 class HooklineConfig(AppConfig):
-    """Validates Hookline's environment settings once Django has started."""
+    """Checks Hookline's environment settings with Django's system checks."""
 
     name = "hookline.contrib.django"
     label = "hookline"
     verbose_name = "Hookline webhooks"
 
     def ready(self) -> None:
-        from hookline.contrib.django import check_configuration
+        checks.register(check_settings)
 
+
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A bad Hookline setting as Django's system check error ``hookline.E001``: ``manage.py
+    check``, ``runserver`` and ``migrate`` print it in one line naming the variable, with no
+    traceback, and refuse to go on (``check`` exits 1). Django runs no checks under a WSGI
+    server: there the first ``send_webhook`` or ``publish`` raises the same error (run
+    ``manage.py check --deploy`` in the release step, as Django advises). An exception raised
+    from ``ready()`` would print a traceback at every command instead."""
+    from hookline.contrib.django import check_configuration
+
+    try:
         check_configuration()
+    except ImproperlyConfigured as error:
+        return [checks.Error(str(error), id="hookline.E001")]
+    return []

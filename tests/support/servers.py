@@ -1,11 +1,15 @@
-"""A Redis Cluster on loopback for one test: ``masters`` redis-server processes with
-``cluster-enabled yes``, joined with ``redis-cli --cluster create`` and stopped by
-:meth:`LocalCluster.stop` (the scale tests'; ``bench.scale`` keeps its own for its runs)."""
+"""Local servers for the tests and the benchmarks (``bench/`` imports these; the tests never
+import ``bench/``): free ports, stopping a process, the machine's RabbitMQ (``rabbitmqctl``), and
+a Redis Cluster on loopback (``masters`` redis-server processes with ``cluster-enabled yes``,
+joined with ``redis-cli --cluster create`` and stopped by :meth:`LocalCluster.stop`). Nothing
+here imports pytest or the test configuration."""
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -16,7 +20,47 @@ from typing import Any
 import redis
 import redis.cluster
 
-from tests.conftest import free_port, stop_process
+#: Where the machine's RabbitMQ is expected (override with HOOKLINE_TEST_AMQP_HOST / _PORT).
+AMQP_HOST = os.environ.get("HOOKLINE_TEST_AMQP_HOST", "127.0.0.1")
+AMQP_PORT = int(os.environ.get("HOOKLINE_TEST_AMQP_PORT", "5672"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+                 timeout: float = 20.0) -> None:
+    """Signal ``process`` and wait for it; kill it if it outlives ``timeout``."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:
+    """``rabbitmqctl *args``, in its own session (a Ctrl-C reaches only the caller, which then
+    cleans up with rabbitmqctl)."""
+    return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=60,
+                          check=False, start_new_session=True)
+
+
+def rabbitmq_unavailable() -> str | None:
+    """Why a RabbitMQ vhost cannot be made here, or None when it can."""
+    if shutil.which("rabbitmqctl") is None:
+        return "rabbitmqctl is not installed (RabbitMQ is needed for the RabbitMQ broker runs)"
+    try:
+        with socket.create_connection((AMQP_HOST, AMQP_PORT), timeout=2):
+            pass
+    except OSError as exc:
+        return f"no RabbitMQ answers on {AMQP_HOST}:{AMQP_PORT} ({exc.strerror or exc})"
+    return None
+
 
 #: A cluster node's bus port is its port plus this (Redis's fixed offset).
 BUS_OFFSET = 10000
