@@ -43,6 +43,7 @@ demo: $(STAMP) redis
 
 test: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
+	scripts/ensure-chromium.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fast tier: pure unit tests and store tests on the real Redis, no worker processes and no
@@ -83,6 +84,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.inflight
+	$(BIN)/python -m bench.console
 	$(BIN)/python -m bench.compare
 
 bench-schedule: $(STAMP)

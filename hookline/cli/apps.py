@@ -11,14 +11,14 @@ import click
 
 from hookline.api.publishing import publish
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_time, shorten
-from hookline.core.endpoint import Endpoint
 from hookline.core.event import parse_json_text
-from hookline.store.apps import AppRegistry
-from hookline.store.catalog import CatalogError, EventCatalog
-from hookline.store.endpoints import EndpointRegistry
+from hookline.service import apps as service
+from hookline.service.actor import cli_actor
+from hookline.service.endpoints import EndpointSummary
+from hookline.store.catalog import CatalogError
 
 
-def subscription_text(item: Endpoint) -> str:
+def subscription_text(item: EndpointSummary) -> str:
     """``order.*, invoice.paid; channels eu`` (or ``every event``): for listings."""
     types = ", ".join(item.event_types) if item.event_types else "every type"
     return types + (f"; channels {', '.join(item.channels)}" if item.channels else "")
@@ -39,7 +39,7 @@ def app() -> None:
 @click.option("--description", help="Free text.")
 def app_add(app_id: str, name: str | None, description: str | None) -> None:
     """Register application APP (its id is used like an endpoint id)."""
-    AppRegistry().add(app_id, name=name, description=description)
+    service.add_app(cli_actor(), app_id, name=name, description=description)
     click.echo(f"added application {app_id}: add endpoints with "
                f"'hookline endpoint add ID --url URL --app {app_id}'")
 
@@ -48,18 +48,16 @@ def app_add(app_id: str, name: str | None, description: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def app_list(as_json: bool) -> None:
     """List applications and how many endpoints each has."""
-    registry = AppRegistry()
-    apps = registry.list()
-    counts = {item.id: len(registry.endpoint_ids(item.id)) for item in apps}
+    apps = service.list_apps(cli_actor())
     if as_json:
-        echo_json([{**item.public(), "endpoints": counts[item.id]} for item in apps])
+        echo_json([{**listed.app.public(), "endpoints": listed.endpoints} for listed in apps])
         return
     if not apps:
         click.echo("no applications: add one with 'hookline app add APP'")
         return
     echo_table(["id", "name", "endpoints", "created"],
-               [(item.id, shorten(item.name) or None, counts[item.id],
-                 format_time(item.created_at)) for item in apps])
+               [(listed.app.id, shorten(listed.app.name) or None, listed.endpoints,
+                 format_time(listed.app.created_at)) for listed in apps])
 
 
 @app.command("show")
@@ -67,8 +65,8 @@ def app_list(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
 def app_show(app_id: str, as_json: bool) -> None:
     """Show application APP and its endpoints with their subscriptions."""
-    item = AppRegistry().require(app_id)
-    endpoints = EndpointRegistry().members(app_id)
+    detail = service.app_detail(cli_actor(), app_id)
+    item, endpoints = detail.app, detail.endpoints
     if as_json:
         echo_json({**item.public(), "endpoints": [
             {"id": found.id, "enabled": found.enabled, "event_types": list(found.event_types),
@@ -90,7 +88,7 @@ def app_show(app_id: str, as_json: bool) -> None:
 def app_remove(app_id: str) -> None:
     """Remove application APP. Refused while endpoints belong to it: remove them, or move
     them out with 'hookline endpoint update ID --app none', first."""
-    AppRegistry().remove(app_id)
+    service.remove_app(cli_actor(), app_id)
     click.echo(f"removed application {app_id}")
 
 
@@ -141,7 +139,7 @@ def _read_schema(path: str) -> Any:
 def event_type_add(name: str, schema_file: str | None, description: str | None) -> None:
     """Register event type NAME (dot-separated segments, e.g. order.created)."""
     schema = _read_schema(schema_file) if schema_file else None
-    EventCatalog().add(name, schema=schema, description=description)
+    service.add_event_type(cli_actor(), name, schema=schema, description=description)
     click.echo(f"added event type {name}" + (" with its schema" if schema is not None else ""))
 
 
@@ -149,7 +147,7 @@ def event_type_add(name: str, schema_file: str | None, description: str | None) 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schemas included).")
 def event_type_list(as_json: bool) -> None:
     """List the event catalog."""
-    types = EventCatalog().list()
+    types = service.list_event_types(cli_actor())
     if as_json:
         echo_json([item.public() for item in types])
         return
@@ -166,7 +164,7 @@ def event_type_list(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def event_type_show(name: str, as_json: bool) -> None:
     """Show event type NAME and its schema."""
-    item = EventCatalog().require(name)
+    item = service.event_type(cli_actor(), name)
     if as_json:
         echo_json(item.public())
         return
@@ -181,5 +179,5 @@ def event_type_show(name: str, as_json: bool) -> None:
 @click.argument("name")
 def event_type_remove(name: str) -> None:
     """Remove event type NAME from the catalog (endpoints keep their filters)."""
-    EventCatalog().remove(name)
+    service.remove_event_type(cli_actor(), name)
     click.echo(f"removed event type {name}")

@@ -8,22 +8,19 @@ until then whatever the breaker's state. Times are Redis server time, shown in l
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import click
 
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_time
-from hookline.store.endpoints import EndpointRegistry
-from hookline.store.gates import BreakerStatus, Gate
+from hookline.service import endpoint_actions as actions
+from hookline.service.actor import cli_actor
+from hookline.service.endpoints import breaker as breaker_view
+from hookline.service.endpoints import breakers
+from hookline.store.gates import BreakerStatus
 
 #: What the "open until" column shows for an open breaker whose cool-down has run out.
 PROBE_DUE = "cool-down over: the next attempt probes"
-
-
-def needs_attention(status: BreakerStatus) -> bool:
-    """Not closed, or held back by a Retry-After: what ``hookline stats`` lists."""
-    return status.state != "closed" or status.blocked_until is not None
 
 
 def breaker_json(status: BreakerStatus, *, cooldown: bool = True) -> dict[str, Any]:
@@ -61,12 +58,6 @@ def describe(status: BreakerStatus) -> str:
     return ", ".join(parts)
 
 
-def statuses(endpoint_ids: Iterable[str], gate: Gate | None = None) -> list[BreakerStatus]:
-    gate = gate or Gate()
-    now_ms = gate.redis_now_ms()
-    return [gate.breaker_status(endpoint_id, now_ms=now_ms) for endpoint_id in endpoint_ids]
-
-
 @click.group()
 def breaker() -> None:
     """Inspect and reset endpoints' circuit breakers and Retry-After blocks."""
@@ -78,9 +69,9 @@ def breaker() -> None:
               help="Print JSON (a list; one object when ENDPOINT is given).")
 def breaker_status(endpoint_id: str | None, as_json: bool) -> None:
     """Show the breaker of ENDPOINT, or of every endpoint."""
-    registry = EndpointRegistry()
+    actor = cli_actor()
     if endpoint_id is not None:
-        status = Gate().breaker_status(registry.require(endpoint_id).id)
+        status = breaker_view(actor, endpoint_id)
         if as_json:
             echo_json(breaker_json(status))
             return
@@ -93,7 +84,7 @@ def breaker_status(endpoint_id: str | None, as_json: bool) -> None:
             ("cool-down", _cooldown(status)),
         ])
         return
-    found = statuses(item.id for item in registry.list())
+    found = breakers(actor)
     if as_json:
         echo_json([breaker_json(status) for status in found])
         return
@@ -117,6 +108,5 @@ def breaker_reset(endpoint_id: str) -> None:
 
     Use it when you know the receiver is back; otherwise the breaker's probe finds out.
     """
-    EndpointRegistry().require(endpoint_id)
-    Gate().reset_breaker(endpoint_id)
+    actions.reset_breaker(cli_actor(), endpoint_id)
     click.echo(f"breaker of {endpoint_id} reset: closed, no Retry-After block")

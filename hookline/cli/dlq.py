@@ -1,19 +1,18 @@
-"""``hookline dlq``: inspect, replay and purge dead letters (``hookline.store.deadletter``).
+"""``hookline dlq``: inspect, replay and purge dead letters, through the service layer
+(``hookline.service.dead_letters``), which holds every rule; this module parses and prints.
 
-Replay and purge act on a selection (entry ids, ``--endpoint``, ``--reason``, ``--since``,
-``--until``, ``--min-attempts``, ``--max-attempts``) and refuse to run with none unless ``--all``
-says so; ``--dry-run`` shows what a selection holds without touching it. A large replay is
-spread in time through the retry schedule (``--rate``); ``trim`` applies the retention.
+Replay and purge act on a selection (entry ids, ``--endpoint``, ``--reason``, ``--status``,
+``--since``, ``--until``, ``--min-attempts``, ``--max-attempts``) and refuse to run with none
+unless ``--all`` says so; ``--dry-run`` shows what a selection holds without touching it. A
+large replay is spread in time through the retry schedule (``--rate``); ``trim`` applies the
+retention; ``reindex`` builds the per-endpoint index of entries older than it.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
-from datetime import datetime
 from typing import Any
 
 import click
@@ -29,66 +28,21 @@ from hookline.cli.output import (
     shorten,
 )
 from hookline.core.config import settings
-from hookline.core.event import recorded_id, shown
+from hookline.core.event import shown
 from hookline.core.policy import PolicyError, parse_rate
-from hookline.delivery.replay import (
-    DEFAULT_REPLAY_RATE,
-    THROTTLE_ABOVE,
-    invalid_entries,
-    replay_entries,
-    replay_interval,
-    replay_spread,
+from hookline.core.times import TIME_HELP, parse_age, parse_time
+from hookline.delivery.replay import DEFAULT_REPLAY_RATE, THROTTLE_ABOVE
+from hookline.service import dead_letters
+from hookline.service.actor import NotFound, cli_actor
+from hookline.service.dead_letters import (
+    DeadLetterQuery,
+    InvalidQuery,
+    lookup_id,
+    require_selection,
 )
-from hookline.store.deadletter import (
-    REASONS,
-    DeadLetter,
-    DeadLetterFilter,
-    DeadLetterQueue,
-    restore_spool,
-)
-from hookline.store.endpoints import EndpointRegistry
+from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterQueue
 
-TIME_HELP = "Unix seconds, ISO 8601, or an age such as 15m, 2h, 1d (meaning that long ago)"
-#: Seconds per unit of a relative age.
-AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-AGE_PATTERN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
-#: Entry ids per HDEL/ZREM when purging.
-PURGE_BATCH = 500
-
-
-def parse_time(text: str, *, now: float | None = None) -> float:
-    """Unix seconds from ``1764435133``, ``2026-11-29T16:52:13+00:00`` (local time when no
-    offset is given) or an age ``15m`` / ``2h`` / ``1d`` before ``now``."""
-    text = text.strip()
-    age = AGE_PATTERN.match(text)
-    if age:
-        return (time.time() if now is None else now) - float(age[1]) * AGE_UNITS[age[2]]
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(seconds):
-            return seconds
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        raise ValueError(f"{text!r} is not a time: use {TIME_HELP}") from None
-
-
-def parse_age(text: str) -> float:
-    """Seconds from ``30d``, ``12h``, ``90m`` or plain seconds."""
-    text = text.strip()
-    age = AGE_PATTERN.match(text)
-    if age:
-        return float(age[1]) * AGE_UNITS[age[2]]
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{text!r} is not an age: use seconds or e.g. 90m, 12h, 30d")
-    return seconds
+__all__ = ["dlq", "lookup_id", "parse_age", "parse_time"]
 
 
 class AgeParam(click.ParamType):
@@ -133,12 +87,16 @@ class TimeParam(click.ParamType):
 
 
 def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--endpoint``, ``--reason``, ``--since``, ``--until``, shared by every dlq verb."""
+    """``--endpoint``, ``--reason``, ``--status``, ``--since``, ``--until`` and the attempt
+    bounds, shared by every dlq verb."""
     options = [
         click.option("--endpoint", "endpoint_id", metavar="ID",
                      help="Only dead letters of this endpoint."),
         click.option("--reason", type=click.Choice(sorted(REASONS)),
                      help="Only dead letters with this reason."),
+        click.option("--status", type=click.IntRange(min=0, max=599), metavar="CODE",
+                     help="Only dead letters whose last attempt got this HTTP status (0: no "
+                          "response)."),
         click.option("--since", type=TimeParam(),
                      help=f"Dead-lettered at or after TIME: {TIME_HELP}."),
         click.option("--until", type=TimeParam(), help="Dead-lettered at or before TIME."),
@@ -152,43 +110,36 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-def lookup_id(given: str) -> str:
-    """An entry id (``ENDPOINT/EVENT_ID``) or event id as a dead letter records it: an
-    overlong event id is recorded by its start and length (``recorded_id``), so the id as it
-    was sent still finds its entry."""
-    endpoint_id, slash, event_id = given.partition("/")
-    return f"{endpoint_id}/{recorded_id(event_id)}" if slash else recorded_id(given)
+def flag(name: str) -> str:
+    """A query parameter as this command spells it: ``min_attempts`` -> ``--min-attempts``."""
+    return "--" + name.replace("_", "-")
 
 
-def build_filter(ids: Iterable[str] = (), *, endpoint_id: str | None = None,
-                 reason: str | None = None, since: float | None = None,
-                 until: float | None = None, min_attempts: int | None = None,
-                 max_attempts: int | None = None) -> DeadLetterFilter:
-    if since is not None and until is not None and since > until:
-        raise click.UsageError("--since is later than --until: the range is empty")
-    if min_attempts is not None and max_attempts is not None and min_attempts > max_attempts:
-        raise click.UsageError("--min-attempts is above --max-attempts: the range is empty")
-    return DeadLetterFilter(endpoint_id=endpoint_id, reason=reason, since=since, until=until,
-                            ids=tuple(lookup_id(given) for given in ids),
-                            min_attempts=min_attempts,
-                            max_attempts=max_attempts)
+def build_query(ids: Iterable[str] = (), *, endpoint_id: str | None = None,
+                reason: str | None = None, status: int | None = None,
+                since: float | None = None, until: float | None = None,
+                min_attempts: int | None = None,
+                max_attempts: int | None = None) -> DeadLetterQuery:
+    query = DeadLetterQuery(endpoint=endpoint_id, reason=reason, status=status, since=since,
+                            until=until, min_attempts=min_attempts, max_attempts=max_attempts,
+                            ids=tuple(lookup_id(given) for given in ids))
+    try:
+        return query.checked(spell=flag)
+    except InvalidQuery as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _narrowed(filters: dict[str, Any]) -> bool:
     return any(value is not None for value in filters.values())
 
 
-def action_filter(ids: tuple[str, ...], select_all: bool, **filters: Any) -> DeadLetterFilter:
+def action_query(ids: tuple[str, ...], select_all: bool, **filters: Any) -> DeadLetterQuery:
     """The selection for replay/purge: refuses "everything" unless ``--all`` asked for it."""
-    narrowed = bool(ids) or _narrowed(filters)
-    if select_all and narrowed:
-        raise click.UsageError("--all selects every dead letter: give it without ids or filters")
-    if not select_all and not narrowed:
-        raise click.UsageError(
-            "refusing to act on every dead letter: give entry ids, a filter (--endpoint, "
-            "--reason, --since, --until, --min-attempts, --max-attempts) or --all"
-        )
-    return build_filter(ids, **filters)
+    query = build_query(ids, **filters)
+    try:
+        return require_selection(query, select_all, spell=flag, all_flag="--all")
+    except InvalidQuery as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def entry_json(entry: DeadLetter) -> dict[str, Any]:
@@ -207,7 +158,7 @@ def dlq() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (full entries).")
 def dlq_list(limit: int, as_json: bool, **filters: Any) -> None:
     """List dead letters, oldest first."""
-    entries = DeadLetterQueue().find(build_filter(**filters), limit=limit + 1)
+    entries = dead_letters.find(cli_actor(), build_query(**filters), limit=limit + 1)
     more, entries = len(entries) > limit, entries[:limit]
     if as_json:
         echo_json([entry_json(entry) for entry in entries])
@@ -232,12 +183,13 @@ def dlq_list(limit: int, as_json: bool, **filters: Any) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def dlq_show(entry_id: str, as_json: bool) -> None:
     """Show one dead letter, payload included. ID is ENDPOINT/EVENT_ID, as 'dlq list' shows."""
-    entry = DeadLetterQueue().get(lookup_id(entry_id))
-    if entry is None:
+    try:
+        entry = dead_letters.get(cli_actor(), lookup_id(entry_id))
+    except NotFound:
         raise click.ClickException(
             f"no dead letter {shown(entry_id)}: ids look like ENDPOINT/EVENT_ID "
             "(see 'hookline dlq list')"
-        )
+        ) from None
     if as_json:
         echo_json(entry_json(entry))
         return
@@ -282,15 +234,11 @@ def _echo_missing(ids: tuple[str, ...], entries: list[DeadLetter]) -> None:
         click.echo(f"not in the dead-letter queue: {', '.join(map(printable, missing))}", err=True)
 
 
-def _warn_undeliverable(entries: list[DeadLetter]) -> None:
+def _warn_undeliverable(plan: dead_letters.ReplayPlan) -> None:
     """Replaying to a removed or disabled endpoint only dead-letters the events again."""
-    registry = EndpointRegistry()
-    for endpoint_id in sorted({entry.endpoint_id for entry in entries}):
-        endpoint = registry.get(endpoint_id)
-        if endpoint is None or not endpoint.enabled:
-            state = "does not exist" if endpoint is None else "is disabled"
-            click.echo(f"warning: endpoint {endpoint_id!r} {state}: its replayed events will "
-                       "be dead-lettered again", err=True)
+    for endpoint_id, state in plan.undeliverable:
+        click.echo(f"warning: endpoint {endpoint_id!r} {state}: its replayed events will "
+                   "be dead-lettered again", err=True)
 
 
 def _describe_pace(interval: float | None, spread: float) -> str:
@@ -322,27 +270,22 @@ def dlq_replay(ids: tuple[str, ...], select_all: bool, dry_run: bool, rate: str 
     replay is also spread in time through the retry schedule (--rate), so that a receiver
     that has just recovered is not flooded.
     """
-    queue = DeadLetterQueue()
-    entries = queue.find(action_filter(ids, select_all, **filters))
-    interval = replay_interval(len(entries), rate)
-    _echo_missing(ids, entries)
-    if entries:
-        _warn_undeliverable(entries)
+    actor = cli_actor()
+    plan = dead_letters.plan_replay(actor, action_query(ids, select_all, **filters), rate=rate)
+    _echo_missing(ids, plan.entries)
+    _warn_undeliverable(plan)
     if dry_run:
-        invalid = invalid_entries(entries)
-        refused = {id(entry) for entry, _ in invalid}
-        entries = [entry for entry in entries if id(entry) not in refused]
-        click.echo(f"would replay {len(entries)} dead letter(s) "
-                   f"{_describe_pace(interval, replay_spread(entries, interval))}")
-        for entry in entries:
+        click.echo(f"would replay {len(plan.valid)} dead letter(s) "
+                   f"{_describe_pace(plan.interval, plan.spread)}")
+        for entry in plan.valid:
             click.echo(printable(entry.id))
-        for entry, problem in invalid:
+        for entry, problem in plan.invalid:
             click.echo(f"would not replay, not a valid event: {printable(entry.id)}: {problem}",
                        err=True)
         return
-    outcome = replay_entries(queue, entries, interval=interval)
+    outcome = dead_letters.replay(actor, plan)
     click.echo(f"replayed {len(outcome.replayed)} dead letter(s) "
-               f"{_describe_pace(interval, outcome.spread)}")
+               f"{_describe_pace(plan.interval, outcome.spread)}")
     for entry, problem in outcome.invalid:
         click.echo(f"not replayed, not a valid event (it stays in the queue): "
                    f"{printable(entry.id)}: {problem}", err=True)
@@ -358,8 +301,8 @@ def dlq_replay(ids: tuple[str, ...], select_all: bool, dry_run: bool, rate: str 
 def dlq_purge(ids: tuple[str, ...], select_all: bool, dry_run: bool, yes: bool,
               **filters: Any) -> None:
     """Delete dead letters for good. Give entry ids, filters, or --all."""
-    queue = DeadLetterQueue()
-    entries = queue.find(action_filter(ids, select_all, **filters))
+    actor = cli_actor()
+    entries = dead_letters.find(actor, action_query(ids, select_all, **filters))
     _echo_missing(ids, entries)
     if dry_run:
         _echo_selection("purge", entries)
@@ -371,11 +314,7 @@ def dlq_purge(ids: tuple[str, ...], select_all: bool, dry_run: bool, yes: bool,
         click.confirm(f"Delete {len(entries)} dead letter(s) for good?", abort=True)
     # Exactly the entries counted (and confirmed): not ones dead-lettered since, nor events
     # dead-lettered again meanwhile (their entries are new).
-    removed = sum(
-        queue.remove_unchanged({entry.id: entry.dead_lettered_at
-                                for entry in entries[start : start + PURGE_BATCH]})
-        for start in range(0, len(entries), PURGE_BATCH)
-    )
+    removed = dead_letters.purge(actor, entries)
     click.echo(f"purged {removed} dead letter(s)")
 
 
@@ -412,7 +351,7 @@ def dlq_trim(older_than: float | None, dry_run: bool, yes: bool) -> None:
     shorter = retention <= 0 or older_than < retention
     if shorter and not yes:
         click.confirm(f"Delete {count} dead letter(s) {described} for good?", abort=True)
-    click.echo(f"trimmed {queue.trim(before)} dead letter(s) {described}")
+    click.echo(f"trimmed {dead_letters.trim(cli_actor(), before)} dead letter(s) {described}")
 
 
 @dlq.command("restore-spool")
@@ -420,10 +359,19 @@ def dlq_restore_spool() -> None:
     """Move dead letters spooled to disk while Redis was down into Redis."""
     path = settings().dlq_spool_path
     try:
-        moved = restore_spool(DeadLetterQueue())
+        moved = dead_letters.restore_spool(cli_actor())
     except (OSError, ValueError, TypeError) as exc:
         raise click.ClickException(f"cannot restore the spool file {path}: {exc}") from None
     if moved:
         click.echo(f"moved {moved} dead letter(s) from {path} into Redis")
     else:
         click.echo(f"no spooled dead letters at {path}: nothing to restore")
+
+
+@dlq.command("reindex")
+def dlq_reindex() -> None:
+    """Index every dead letter by endpoint (after an upgrade from a version without the
+    per-endpoint index, or once older workers stopped writing). The first filtered read does
+    it too when it was never done; this is for doing it on purpose."""
+    seen = dead_letters.reindex(cli_actor())
+    click.echo(f"indexed {seen} dead letter(s) by endpoint")

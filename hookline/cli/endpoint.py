@@ -18,19 +18,17 @@ from hookline.cli.event import describe_last_error, describe_recent
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_time, shorten
 from hookline.cli.params import HeaderParam, JsonParam
 from hookline.cli.secret import rotate_secret
-from hookline.core import redact
-from hookline.core.endpoint import Endpoint, EndpointError
+from hookline.core.endpoint import EndpointError
 from hookline.core.endpoint_validation import validate_headers
 from hookline.core.event import shown
-from hookline.delivery.retries import (
-    disable_endpoint,
-    pause_endpoint,
-    remove_endpoint,
-    resume_endpoint,
+from hookline.service import endpoint_actions as actions
+from hookline.service.actor import cli_actor
+from hookline.service.endpoints import (
+    EndpointSummary,
+    all_endpoints,
+    endpoint_health,
+    endpoint_summary,
 )
-from hookline.store.endpoints import EndpointRegistry
-from hookline.store.gates import Gate
-from hookline.store.history import AttemptHistory
 
 RETRY_POLICY_HELP = ("Overrides of the retry policy as a JSON object, e.g. "
                      "'{\"max_attempts\": 5, \"max_backoff\": 600}'.")
@@ -55,20 +53,20 @@ def endpoint() -> None:
     """Register and manage the receivers of webhooks."""
 
 
-def _status(item: Endpoint) -> str:
+def _status(item: EndpointSummary) -> str:
     if not item.enabled:
         return f"disabled ({item.disabled_reason or 'no reason'})"
     return f"paused since {format_time(item.paused_at)}" if item.paused else "enabled"
 
 
-def _rate(item: Endpoint) -> str | None:
-    return f"{item.rate} burst {item.public()['burst']}" if item.rate else None
+def _rate(item: EndpointSummary) -> str | None:
+    return f"{item.rate} burst {item.public['burst']}" if item.rate else None
 
 
-def _burst(item: Endpoint) -> str:
+def _burst(item: EndpointSummary) -> str:
     if not item.rate:
         return "- (no effect without a rate)"
-    return f"{item.public()['burst']}" + (" (default)" if item.burst is None else "")
+    return f"{item.public['burst']}" + (" (default)" if item.burst is None else "")
 
 
 def checked_rate(rate: str | None) -> str | None:
@@ -111,13 +109,14 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float 
                  channels: str | None, max_in_flight: int | None) -> None:
     """Register endpoint ID. Without --secret a secret is generated and printed once."""
     # Without --burst the registry's own default applies.
-    extra: dict[str, Any] = {} if burst is None else {"burst": burst}
-    added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
-                                   retry_policy=retry_policy, rate=checked_rate(rate),
-                                   headers=validate_headers({}, headers), app=app_id,
-                                   event_types=events, channels=channels,
-                                   max_in_flight=_cap(max_in_flight), **extra)
-    click.echo(f"added endpoint {added.id} -> {redact.url(added.url)}"
+    answer = actions.add_endpoint(cli_actor(), endpoint_id, url, secret=secret,
+                                  timeout=timeout, retry_policy=retry_policy,
+                                  rate=checked_rate(rate),
+                                  headers=validate_headers({}, headers), app=app_id,
+                                  event_types=events, channels=channels,
+                                  max_in_flight=_cap(max_in_flight), burst=burst)
+    added = answer.summary
+    click.echo(f"added endpoint {added.id} -> {added.url}"
                + (f" in application {added.app} ({subscription_text(added)})"
                   if added.app else ""))
     if not added.app and (added.event_types or added.channels):
@@ -125,8 +124,8 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float 
                    "they have no effect without --app", err=True)
     if added.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
-    if not secret:
-        click.echo(f"signing secret: {added.secrets[0]}")
+    if answer.secret:
+        click.echo(f"signing secret: {answer.secret}")
         click.echo("Store it now: it will not be shown again.")
 
 
@@ -134,9 +133,9 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (secrets masked).")
 def endpoint_list(as_json: bool) -> None:
     """List endpoints."""
-    endpoints = EndpointRegistry().list()
+    endpoints = all_endpoints(cli_actor())
     if as_json:
-        echo_json([item.public() for item in endpoints])
+        echo_json([item.public for item in endpoints])
         return
     if not endpoints:
         click.echo("no endpoints: add one with 'hookline endpoint add ID --url URL'")
@@ -144,7 +143,7 @@ def endpoint_list(as_json: bool) -> None:
     echo_table(
         ["id", "url", "status", "timeout", "rate", "retry policy", "updated"],
         [
-            (item.id, shorten(redact.url(item.url)), _status(item), item.timeout, _rate(item),
+            (item.id, shorten(item.url), _status(item), item.timeout, _rate(item),
              json.dumps(dict(item.retry_policy), sort_keys=True) if item.retry_policy
              else "default", format_time(item.updated_at))
             for item in endpoints
@@ -158,27 +157,25 @@ def endpoint_list(as_json: bool) -> None:
 def endpoint_show(endpoint_id: str, as_json: bool) -> None:
     """Show one endpoint: its effective retry policy, breaker, recent success rate and last
     error."""
-    item = EndpointRegistry().require(endpoint_id)
-    status = Gate().breaker_status(item.id)
-    recent = AttemptHistory().recent(item.id)
-    inflight, waiting = Gate().in_flight(item.id)
+    health = endpoint_health(cli_actor(), endpoint_id)
+    item, status, recent = health.summary, health.breaker, health.recent
+    inflight, waiting = health.in_flight, health.waiting
     if as_json:
-        echo_json({**item.public(), "breaker": breaker_json(status), "recent": recent.as_dict(),
+        echo_json({**item.public, "breaker": breaker_json(status), "recent": recent.as_dict(),
                    "in_flight": inflight, "waiting": waiting})
         return
-    policy = item.policy()
     default_timeout = item.timeout is None
     echo_fields([
         ("id", item.id),
-        ("url", redact.url(item.url)),
+        ("url", item.url),
         ("status", _status(item)),
-        ("secrets", ", ".join(item.public()["secrets"])),
+        ("secrets", ", ".join(item.public["secrets"])),
         ("headers", ", ".join(f"{name}: {value}" for name, value in
-                              item.public()["headers"].items()) or "none"),
-        ("read timeout", f"{item.read_timeout():g}s" + (" (default)" if default_timeout else "")),
-        ("retry policy", json.dumps(policy.as_dict(), sort_keys=True)),
+                              item.public["headers"].items()) or "none"),
+        ("read timeout", f"{health.read_timeout:g}s" + (" (default)" if default_timeout else "")),
+        ("retry policy", json.dumps(health.policy, sort_keys=True)),
         ("overrides", json.dumps(dict(item.retry_policy), sort_keys=True)),
-        ("retry window", f"{policy.window():g}s"),
+        ("retry window", f"{health.retry_window:g}s"),
         ("rate", item.rate or "no limit"),
         ("burst", _burst(item)),
         ("max in flight", item.max_in_flight or "no cap (its fair share of the slots)"),
@@ -230,12 +227,12 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
         raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
                                "--retry-policy, --rate, --burst, --header, --remove-header, "
                                "--app, --events, --channels or --max-in-flight")
-    updated = EndpointRegistry().update(endpoint_id, url=url, secret=secret, timeout=timeout,
-                                        retry_policy=retry_policy, rate=checked_rate(rate),
-                                        burst=burst, headers=dict(headers),
-                                        remove_headers=remove_headers, app=app_id,
-                                        event_types=events, channels=channels,
-                                        max_in_flight=max_in_flight)
+    updated = actions.update_endpoint(cli_actor(), endpoint_id, url=url, secret=secret,
+                                      timeout=timeout, retry_policy=retry_policy,
+                                      rate=checked_rate(rate), burst=burst,
+                                      headers=dict(headers), remove_headers=remove_headers,
+                                      app=app_id, event_types=events, channels=channels,
+                                      max_in_flight=max_in_flight)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
     if updated.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without a rate", err=True)
@@ -247,7 +244,7 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
               help="Why; shown in listings and dead letters.")
 def endpoint_disable(endpoint_id: str, reason: str) -> None:
     """Stop sending to endpoint ID; its events go to the dead-letter queue."""
-    disable_endpoint(EndpointRegistry(), endpoint_id, reason)
+    actions.disable(cli_actor(), endpoint_id, reason)
     click.echo(f"disabled endpoint {endpoint_id}")
 
 
@@ -255,7 +252,7 @@ def endpoint_disable(endpoint_id: str, reason: str) -> None:
 @click.argument("endpoint_id", metavar="ID")
 def endpoint_enable(endpoint_id: str) -> None:
     """Send to endpoint ID again."""
-    EndpointRegistry().enable(endpoint_id)
+    actions.enable(cli_actor(), endpoint_id)
     click.echo(f"enabled endpoint {endpoint_id}")
 
 
@@ -264,7 +261,7 @@ def endpoint_enable(endpoint_id: str) -> None:
 def endpoint_pause(endpoint_id: str) -> None:
     """Hold every delivery to endpoint ID in the retry schedule until 'resume': nothing is
     sent, no attempt is used, nothing is dead-lettered (unlike 'disable')."""
-    pause_endpoint(EndpointRegistry(), endpoint_id)
+    actions.pause(cli_actor(), endpoint_id)
     click.echo(f"paused endpoint {endpoint_id}: its deliveries wait until "
                f"'hookline endpoint resume {endpoint_id}'")
 
@@ -274,7 +271,7 @@ def endpoint_pause(endpoint_id: str) -> None:
 def endpoint_resume(endpoint_id: str) -> None:
     """End the pause of endpoint ID: the deliveries held for it go out in the order they came
     in, within its rate limit."""
-    _, released = resume_endpoint(EndpointRegistry(), endpoint_id)
+    released = actions.resume(cli_actor(), endpoint_id)
     click.echo(f"resumed endpoint {endpoint_id}: {released} held deliveries due now")
 
 
@@ -283,12 +280,12 @@ def endpoint_resume(endpoint_id: str) -> None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 def endpoint_remove(endpoint_id: str, yes: bool) -> None:
     """Remove endpoint ID; its pending events will be dead-lettered (endpoint_removed)."""
-    registry = EndpointRegistry()
-    registry.require(endpoint_id)
+    actor = cli_actor()
+    endpoint_summary(actor, endpoint_id)
     if not yes:
         click.confirm(f"Remove endpoint {endpoint_id}? Its pending events will be "
                       "dead-lettered.", abort=True)
-    remove_endpoint(registry, endpoint_id)
+    actions.remove_endpoint(actor, endpoint_id)
     click.echo(f"removed endpoint {endpoint_id}")
 
 

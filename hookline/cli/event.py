@@ -14,9 +14,10 @@ import click
 
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_age, format_time, shorten
 from hookline.core.config import settings
-from hookline.core.event import recorded_id, shown
-from hookline.store.events import EventDelivery, EventView
-from hookline.store.fanouts import FanoutLog, PublishedEvent
+from hookline.core.event import shown
+from hookline.service.actor import cli_actor
+from hookline.service.events import PublishedOutcomes, find_event
+from hookline.store.events import EventDelivery
 from hookline.store.history import RecentAttempts
 
 
@@ -88,22 +89,12 @@ def event_show(event_id: str, endpoint_id: str | None, app_id: str | None,
     response) and whether it was delivered, is scheduled for a retry or was dead-lettered.
     For an event published to an application ('hookline publish'), one line per receiver:
     its outcome, or pending."""
-    event_id = recorded_id(event_id)  # an overlong id is recorded by its start and length
-    view = EventView()
-    fanouts = FanoutLog(view.redis)
-    published: list[PublishedEvent] = []
-    if app_id:
-        record = fanouts.get(app_id, event_id)
-        published = [record] if record is not None else []
-    elif not endpoint_id:  # one endpoint's delivery needs no search for the publication
-        published = fanouts.find(event_id)
-    if published and not endpoint_id:
-        _show_published(view, published, as_json)
+    found_event = find_event(cli_actor(), event_id, endpoint=endpoint_id, app=app_id)
+    event_id = found_event.event_id  # an overlong id is recorded by its start and length
+    if found_event.published:
+        _show_published(found_event.published, as_json)
         return
-    endpoint_ids = [endpoint_id] if endpoint_id else view.endpoints_of(event_id)
-    deliveries = [view.delivery(found, event_id) for found in endpoint_ids]
-    deliveries = [found for found in deliveries
-                  if found.attempts or found.state != "pending" or found.conflict]
+    deliveries = found_event.deliveries
     if not deliveries:
         where = f" at endpoint {shown(endpoint_id)}" if endpoint_id else ""
         kept = format_age(settings().history_lifetime)
@@ -122,13 +113,9 @@ def event_show(event_id: str, endpoint_id: str | None, app_id: str | None,
         _echo_delivery(found)
 
 
-def _show_published(view: EventView, published: list[PublishedEvent], as_json: bool) -> None:
+def _show_published(published: list[PublishedOutcomes], as_json: bool) -> None:
     """Every receiver's outcome of a published event (an application's fan-out)."""
-    reports = []
-    for record in published:
-        deliveries = [view.delivery(endpoint_id, record.event_id)
-                      for endpoint_id in record.receivers]
-        reports.append((record, deliveries))
+    reports = [(outcomes.record, outcomes.deliveries) for outcomes in published]
     if as_json:
         echo_json([{**record.public(), "deliveries": [
             {**found.as_dict(), "enqueued": number < record.cursor}

@@ -17,6 +17,7 @@ from hookline import __version__
 from hookline.api.enqueue import WebhookInputError, send_webhook
 from hookline.cli.apps import app, event_type, publish_command
 from hookline.cli.breaker import breaker
+from hookline.cli.console import console_command
 from hookline.cli.dlq import dlq
 from hookline.cli.endpoint import endpoint
 from hookline.cli.event import event
@@ -77,6 +78,7 @@ main.add_command(worker_command)
 main.add_command(app)
 main.add_command(publish_command)
 main.add_command(event_type)
+main.add_command(console_command)
 
 
 # -- send -----------------------------------------------------------------------------------

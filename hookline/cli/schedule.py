@@ -8,7 +8,6 @@ this machine's.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import signal
 import sys
@@ -25,8 +24,9 @@ from hookline.core.config import settings
 from hookline.core.logs import configure_json_logging
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.releaser import Releaser
-from hookline.store.connection import redis_time
-from hookline.store.schedule import RetrySchedule, ScheduledRetry, ScheduleStats
+from hookline.service.actor import cli_actor
+from hookline.service.schedule import list_retries, schedule_stats
+from hookline.store.schedule import ScheduledRetry, ScheduleStats
 
 #: Seconds ``hookline releaser`` waits, after a signal, for its release loop to finish.
 STOP_TIMEOUT = 5.0
@@ -72,8 +72,9 @@ def top_endpoints(by_endpoint: dict[str, int], top: int = TOP_ENDPOINTS
     return ranked[:top], len(rest), sum(count for _, count in rest)
 
 
-def schedule_rows(found: ScheduleStats, schedule: RetrySchedule) -> list[tuple[str, Any]]:
-    """``hookline stats`` lines on the schedule: totals, busiest endpoints, oldest due, lag."""
+def schedule_rows(found: ScheduleStats, now: float) -> list[tuple[str, Any]]:
+    """``hookline stats`` lines on the schedule: totals, busiest endpoints, oldest due, lag
+    (``now``: Redis time)."""
     shown, hidden, hidden_count = top_endpoints(found.by_endpoint)
     rows: list[tuple[str, Any]] = [
         ("scheduled retries", found.total),
@@ -86,7 +87,7 @@ def schedule_rows(found: ScheduleStats, schedule: RetrySchedule) -> list[tuple[s
     elif found.lag > 0:  # measured in the same Redis round trip as oldest_due
         oldest = describe_due(found.oldest_due, found.oldest_due + found.lag)
     else:
-        oldest = describe_due(found.oldest_due, redis_time(schedule.redis))
+        oldest = describe_due(found.oldest_due, now)
     rows += [("oldest retry", oldest), ("release", describe_lag(found.lag))]
     return rows
 
@@ -119,10 +120,8 @@ def schedule_list(endpoint_id: str | None, limit: int, as_json: bool) -> None:
     Reads every scheduled retry (of ENDPOINT with --endpoint) to sort them: slow when
     hundreds of thousands are scheduled.
     """
-    retry_schedule = RetrySchedule()
-    retries = heapq.nsmallest(limit + 1, retry_schedule.scheduled(endpoint_id),
-                              key=lambda retry: (retry.due, retry.id))
-    more, retries = len(retries) > limit, retries[:limit]
+    listed = list_retries(cli_actor(), endpoint=endpoint_id, limit=limit)
+    more, retries = listed.more, listed.retries
     if as_json:
         echo_json([retry_json(retry) for retry in retries])
         return
@@ -130,7 +129,7 @@ def schedule_list(endpoint_id: str | None, limit: int, as_json: bool) -> None:
         click.echo("no scheduled retries" + (f" for endpoint {endpoint_id}" if endpoint_id
                                              else ""))
         return
-    now = redis_time(retry_schedule.redis)
+    now = listed.now
     echo_table(
         ["id", "due", "attempts", "last status", "last error"],
         [
@@ -211,7 +210,7 @@ def releaser() -> None:
     neither released twice nor lost.
     """
     _configure_logging()
-    waiting = RetrySchedule().stats().total  # an unreachable Redis fails here, in one line
+    waiting = schedule_stats(cli_actor()).total  # an unreachable Redis fails here, in one line
     serve(Releaser(queue=RETRY_QUEUE),
           started=f"releaser started: releasing due retries onto {RETRY_QUEUE} "
                   f"({waiting} scheduled); stop with Ctrl-C or SIGTERM")

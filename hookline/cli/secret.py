@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from hookline.cli.output import format_time
-from hookline.store.endpoints import EndpointRegistry
+from hookline.service.actor import cli_actor
+from hookline.service.endpoint_actions import rotate_secret as rotate
 
 
 @click.command("rotate-secret")
@@ -22,12 +23,10 @@ def rotate_secret(endpoint_id: str, overlap: float | None, secret: str | None) -
     too (one `webhook-signature` header, several signatures), so the receiver can switch to the
     new secret at its own pace. Expired secrets are removed.
     """
-    endpoint, new = EndpointRegistry().rotate_secret(endpoint_id, secret=secret,
-                                                     overlap=overlap)
-    click.echo(f"rotated the signing secret of {endpoint.id}")
+    rotated = rotate(cli_actor(), endpoint_id, secret=secret, overlap=overlap)
+    click.echo(f"rotated the signing secret of {rotated.summary.id}")
     if not secret:
-        click.echo(f"new signing secret: {new}")
+        click.echo(f"new signing secret: {rotated.secret}")
         click.echo("Store it now: it will not be shown again.")
-    for old in endpoint.secrets[1:]:
-        until = endpoint.secret_expiry.get(old)
+    for until in rotated.previous_until:
         click.echo(f"previous secret signs until {format_time(until) if until else 'never'}")

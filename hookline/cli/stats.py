@@ -9,7 +9,7 @@ from typing import Any
 import click
 import redis
 
-from hookline.cli.breaker import breaker_json, describe, needs_attention, statuses
+from hookline.cli.breaker import breaker_json, describe
 from hookline.cli.output import (
     echo_fields,
     echo_json,
@@ -21,102 +21,22 @@ from hookline.cli.output import (
 )
 from hookline.cli.schedule import schedule_json, schedule_rows
 from hookline.core.config import settings
-from hookline.core.endpoint import Endpoint
-from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
-from hookline.store import connection as store
-from hookline.store import keys
-from hookline.store.connection import redis_for
-from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.endpoints import EndpointRegistry
-from hookline.store.schedule import RetrySchedule
-from hookline.transport.liveness import registry
-from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
-
-
-def queue_depths() -> dict[str, int]:
-    """Messages waiting in each Celery queue, as the broker counts them: LLEN of a Redis
-    broker's lists (which may be another Redis), a passive declare on RabbitMQ."""
-    config = settings()
-    if config.broker_amqp:
-        try:
-            return RabbitBroker().depths((DELIVERY_QUEUE, RETRY_QUEUE))
-        except BrokerUnavailable as exc:
-            raise click.ClickException(
-                f"the broker at {redacted(config.broker_url)} (HOOKLINE_BROKER_URL): {exc}"
-            ) from None
-    variable = "REDIS_URL" if config.broker_is_state else "HOOKLINE_BROKER_URL"
-    try:
-        broker = redis_for(config.broker_url, decode_responses=False,
-                           socket_connect_timeout=5, socket_timeout=10)
-    except ValueError as exc:
-        raise click.ClickException(f"{variable}: {exc}") from None
-    try:
-        pipe = broker.pipeline(transaction=False)
-        for queue in (DELIVERY_QUEUE, RETRY_QUEUE):
-            pipe.llen(queue)
-        depths = pipe.execute()
-    except redis.RedisError as exc:
-        raise redis_failure(exc, config.broker_url, variable) from None
-    finally:
-        broker.close()
-    return dict(zip((DELIVERY_QUEUE, RETRY_QUEUE), map(int, depths), strict=True))
-
+from hookline.service.actor import cli_actor
+from hookline.service.stats import BrokerUnreachable, StatsSnapshot, stats_snapshot
+from hookline.transport.rabbitmq import BrokerUnavailable
 
 #: Endpoints named under breakers and under throttling in ``hookline stats``: one screen.
 STATS_LISTED = 10
 
 
-def throttled_endpoints(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
-    """Rate-limited endpoints with events waiting for a rate slot: ``booked_until`` is the
-    latest slot booked (Unix seconds, Redis time)."""
-    limited = [item for item in endpoints if item.rate]
-    if not limited:
-        return []
-    pipe = store.client().pipeline(transaction=False)
-    for item in limited:
-        pipe.hget(keys.breaker_key(item.id), "book")  # the rate limiter shares the hash
-    books = pipe.execute()
-    now_ms = store.redis_time(store.client()) * 1000
-    return [{"endpoint_id": item.id, "rate": item.rate, "booked_until": float(book) / 1000}
-            for item, book in zip(limited, books, strict=True)
-            if book and float(book) > now_ms]
-
-
-def workers_report() -> dict[str, Any] | None:
-    """The broker's registry of live worker processes (hookline/transport/liveness.py): None on
-    RabbitMQ, which tracks its consumers itself."""
-    config = settings()
-    if config.broker_amqp:
-        return None
-    broker = redis_for(config.broker_url, decode_responses=False, socket_connect_timeout=5,
-                       socket_timeout=10)
-    try:
-        return registry(broker)
-    except redis.RedisError as exc:
-        raise redis_failure(exc, config.broker_url, "HOOKLINE_BROKER_URL") from None
-    finally:
-        broker.close()
-
-
-def in_flight(endpoints: list[Endpoint]) -> list[dict[str, Any]]:
-    """Endpoints with attempts in flight or deliveries waiting for their share or cap, the
-    busiest first."""
-    if not endpoints:
-        return []
-    pipe = store.client().pipeline(transaction=False)
-    waiting_here = settings().broker_is_state
-    for item in endpoints:
-        pipe.hget(keys.endpoint_key(item.id), "inflight")
-        if waiting_here:
-            pipe.llen(keys.fair_waiting_key(item.id))
-    values = pipe.execute()
-    step = 2 if waiting_here else 1
-    rows = [{"endpoint_id": item.id, "in_flight": int(values[n * step] or 0),
-             "waiting": int(values[n * step + 1]) if waiting_here else 0,
-             "max_in_flight": item.max_in_flight}
-            for n, item in enumerate(endpoints)]
-    busy = [row for row in rows if row["in_flight"] or row["waiting"]]
-    return sorted(busy, key=lambda row: (-row["in_flight"], -row["waiting"], row["endpoint_id"]))
+def broker_failure(exc: BrokerUnreachable) -> click.ClickException:
+    """The one line ``hookline stats`` ends with when the broker fails."""
+    if isinstance(exc.cause, BrokerUnavailable):
+        return click.ClickException(
+            f"the broker at {redacted(exc.url)} (HOOKLINE_BROKER_URL): {exc.cause}")
+    if isinstance(exc.cause, redis.RedisError):
+        return redis_failure(exc.cause, exc.url, exc.variable)
+    return click.ClickException(str(exc))
 
 
 def _workers_rows(workers: dict[str, Any] | None) -> list[tuple[str, Any]]:
@@ -143,36 +63,43 @@ def _named(rows: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     """What ``hookline stats --json`` prints, and the lines of the one-screen view."""
-    endpoints = EndpointRegistry().list()
-    enabled = sum(1 for item in endpoints if item.enabled)
-    troubled = [status for status in statuses(item.id for item in endpoints)
-                if needs_attention(status)]
-    throttled = throttled_endpoints(endpoints)
-    paused = sorted(item.id for item in endpoints if item.paused)
-    retry_schedule = RetrySchedule()
-    scheduled = retry_schedule.stats()
-    dead_letters = DeadLetterQueue().stats()
-    report: dict[str, Any] = {
-        "at": round(time.time(), 3),
+    try:
+        snapshot = stats_snapshot(cli_actor())
+    except BrokerUnreachable as exc:
+        raise broker_failure(exc) from None
+    return _report(snapshot), _rows(snapshot)
+
+
+def _report(snapshot: StatsSnapshot) -> dict[str, Any]:
+    endpoints, enabled, dead_letters = snapshot.endpoints, snapshot.enabled, snapshot.dead_letters
+    assert dead_letters is not None  # the CLI's actor is not scoped
+    return {
+        "at": snapshot.at,
         "endpoints": {"total": len(endpoints), "enabled": enabled,
-                      "disabled": len(endpoints) - enabled, "paused": len(paused)},
-        "paused": paused,
-        "queues": queue_depths(),
-        "schedule": schedule_json(scheduled),
+                      "disabled": len(endpoints) - enabled, "paused": len(snapshot.paused)},
+        "paused": snapshot.paused,
+        "queues": snapshot.queues,
+        "schedule": schedule_json(snapshot.schedule),
         "dead_letters": {"total": dead_letters.total, "by_reason": dead_letters.by_reason,
                          "oldest": dead_letters.oldest},
-        "breakers": [breaker_json(status, cooldown=False) for status in troubled],
-        "throttled": throttled,
-        "in_flight": in_flight(endpoints),
-        "workers": workers_report(),
+        "breakers": [breaker_json(status, cooldown=False) for status in snapshot.troubled],
+        "throttled": snapshot.throttled,
+        "in_flight": snapshot.in_flight,
+        "workers": snapshot.workers,
     }
+
+
+def _rows(snapshot: StatsSnapshot) -> list[tuple[str, Any]]:
+    endpoints, enabled, paused = snapshot.endpoints, snapshot.enabled, snapshot.paused
+    dead_letters, troubled, throttled = snapshot.dead_letters, snapshot.troubled, snapshot.throttled
+    assert dead_letters is not None and snapshot.queues is not None
     oldest = format_time(dead_letters.oldest)
-    rows: list[tuple[str, Any]] = [
+    return [
         ("endpoints", f"{len(endpoints)} ({enabled} enabled, {len(endpoints) - enabled} "
                       f"disabled, {len(paused)} paused)"),
         *_named([(f"  {endpoint_id}", "paused") for endpoint_id in paused]),
-        *((f"queue {name}", depth) for name, depth in report["queues"].items()),
-        *schedule_rows(scheduled, retry_schedule),
+        *((f"queue {name}", depth) for name, depth in snapshot.queues.items()),
+        *schedule_rows(snapshot.schedule, snapshot.redis_now),
         ("dead letters", f"{dead_letters.total}" + (f", oldest {oldest}" if oldest else "")),
         *((f"  {reason}", count) for reason, count in sorted(dead_letters.by_reason.items())),
         ("breakers", f"{len(troubled)} not closed or blocked" if troubled
@@ -183,15 +110,14 @@ def stats_report() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
         *_named([(f"  {item['endpoint_id']}", f"{item['rate']}, slots booked until "
                                               f"{format_time(item['booked_until'])}")
                  for item in throttled]),
-        ("in flight", f"{sum(row['in_flight'] for row in report['in_flight'])} attempts, "
-                      f"{sum(row['waiting'] for row in report['in_flight'])} waiting for a slot"),
+        ("in flight", f"{sum(row['in_flight'] for row in snapshot.in_flight)} attempts, "
+                      f"{sum(row['waiting'] for row in snapshot.in_flight)} waiting for a slot"),
         *_named([(f"  {row['endpoint_id']}", f"{row['in_flight']} in flight, {row['waiting']} "
                                              "waiting" + (f" (cap {row['max_in_flight']})"
                                                           if row["max_in_flight"] else ""))
-                 for row in report["in_flight"]]),
-        *_workers_rows(report["workers"]),
+                 for row in snapshot.in_flight]),
+        *_workers_rows(snapshot.workers),
     ]
-    return report, rows
 
 
 def _stats_frame(as_json: bool, interval: float) -> str:

@@ -287,8 +287,28 @@ PROCESS = _group(
      "write their metrics (prometheus-client's multiprocess mode)."),
 )
 
+#: The standalone console's (``hookline console``), read by ``hookline.console.standalone``.
+#: Their values are secrets, but for the frame ancestors: never logged or shown.
+CONSOLE = _group(
+    "Console",
+    ("HOOKLINE_CONSOLE_BASIC_AUTH", "", Described(
+        "(none)", "`user:password[,user:password...]` (a password may hold `:`, not `,`)"),
+     "Operators who may sign in to `hookline console` and act. There is no default password: "
+     "without this or `HOOKLINE_CONSOLE_VIEWERS` the console refuses to start."),
+    ("HOOKLINE_CONSOLE_VIEWERS", "", Described("(none)", "`user:password[,user:password...]`"),
+     "Users who may sign in and look, but not act (read-only, enforced on the server)."),
+    ("HOOKLINE_CONSOLE_SECRET_KEY", "", Described("a random key per process",
+                                                  "text of 32 characters or more"),
+     "Keys the console's CSRF tokens and session digests. Give several console processes "
+     "behind one balancer the same key, so that each accepts the others' forms."),
+    ("HOOKLINE_CONSOLE_FRAME_ANCESTORS", "", Described(
+        "`'none'`", "space-separated CSP sources, e.g. `https://admin.example.com 'self'`"),
+     "Pages allowed to embed the console in a frame (the CSP's `frame-ancestors`); "
+     "`'none'`: no page may."),
+)
+
 #: Every variable, in the reference's order.
-ALL = (*CONNECTION, *POLICY, *SETTINGS, *CELERY, *PROCESS)
+ALL = (*CONNECTION, *POLICY, *SETTINGS, *CELERY, *PROCESS, *CONSOLE)
 
 
 def celery_worker_settings(env: Mapping[str, str]) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 inspect and replay.
 
 ``hookline:{dlq}:entries`` is a hash of entry id -> JSON; ``hookline:{dlq}:by_time`` orders the
-ids by when they were dead-lettered, and ``hookline:{dlq}:by_reason:<reason>`` does the same per
-reason (so
-counting by reason reads no entry). An entry id is ``<endpoint id>/<event id>``: the same event
+ids by when they were dead-lettered; ``by_reason:<reason>``, ``by_endpoint:<endpoint>`` and
+``by_endpoint_reason:<reason>:<endpoint>`` do the same per reason, per endpoint and per both
+(``hookline.store.deadletter_index``), so a filtered page or count reads no entry it does not
+show. An entry id is ``<endpoint id>/<event id>``: the same event
 sent to two endpoints has two entries, and dead-lettering an event again replaces its entry.
 A ``conflict`` (another content sent under a used event id) is kept apart, as
 ``<endpoint id>/<event id>#conflict``, so it never replaces the entry of the event that owns
@@ -14,7 +15,7 @@ Entries older than ``HOOKLINE_DLQ_RETENTION`` are trimmed: by ``hookline dlq tri
 once a minute per process, when an entry is added. Never by size: a full dead-letter queue is an
 incident to see, not data to drop.
 
-With ``HOOKLINE_STATE_SHARDS`` above 1 (a Redis Cluster) the three are kept per shard
+With ``HOOKLINE_STATE_SHARDS`` above 1 (a Redis Cluster) the entries and indexes are kept per shard
 (``keys.dead_letter_shards``: ``hookline:{dlq:<n>}:...``), an entry in its endpoint's shard;
 each write and removal is a transaction on one shard, and listing merges the shards in time
 order.
@@ -40,6 +41,7 @@ import redis
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store import connection as store
+from hookline.store.deadletter_index import queue_indexing, queue_unindexing
 from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exported)
     DLQ_INDEX_KEY,
     DLQ_KEY,
@@ -52,7 +54,7 @@ from hookline.store.replication import wait_for_replicas
 
 log = logging.getLogger("hookline.deadletter")
 
-# One hash tag for all three (per shard): written together in one transaction, on one slot.
+# One hash tag for the entries and their indexes (per shard): written together, on one slot.
 
 #: Why an event was dead-lettered.
 REASONS = {
@@ -133,11 +135,14 @@ class DeadLetterFilter:
     ids: tuple[str, ...] = ()
     min_attempts: int | None = None
     max_attempts: int | None = None
+    #: The entry's last HTTP status (``0``: entries whose last attempt had no response).
+    last_status: int | None = None
 
     def matches(self, entry: DeadLetter) -> bool:
         return (
             (self.endpoint_id is None or entry.endpoint_id == self.endpoint_id)
             and (self.reason is None or entry.reason == self.reason)
+            and (self.last_status is None or (entry.last_status or 0) == self.last_status)
             and (not self.ids or entry.id in self.ids or entry.event_id in self.ids)
             and (self.min_attempts is None or entry.attempts >= self.min_attempts)
             and (self.max_attempts is None or entry.attempts <= self.max_attempts)
@@ -219,15 +224,22 @@ class DeadLetterQueue:
             pipe = self.redis.pipeline(transaction=True)
             for entry in shard_entries:
                 pipe.hset(shard.entries, entry.id, entry.to_json())
-                pipe.zadd(shard.by_time, {entry.id: entry.dead_lettered_at})
-                for reason in REASONS.keys() - {entry.reason}:  # replaced, reason changed
-                    pipe.zrem(shard.by_reason(reason), entry.id)
-                pipe.zadd(shard.by_reason(entry.reason), {entry.id: entry.dead_lettered_at})
+                queue_indexing(pipe, shard, entry.id, entry.reason, entry.dead_lettered_at,
+                               REASONS)
             pipe.execute()
 
     def get(self, entry_id: str) -> DeadLetter | None:
         text = self.redis.hget(self.shard_of(entry_id).entries, entry_id)
         return DeadLetter.from_json(text) if text else None
+
+    def get_many(self, entry_ids: Iterable[str]) -> dict[str, DeadLetter]:
+        """The entries of ``entry_ids`` that exist, by id (one HMGET per shard)."""
+        found = {}
+        for shard, ids in self._by_shard(entry_ids).items():
+            for entry_id, text in zip(ids, self.redis.hmget(shard.entries, ids), strict=True):
+                if text:
+                    found[entry_id] = DeadLetter.from_json(text)
+        return found
 
     def find(self, selection: DeadLetterFilter = DeadLetterFilter(), *, limit: int | None = None
              ) -> list[DeadLetter]:
@@ -311,9 +323,7 @@ class DeadLetterQueue:
 
     def _queue_removal(self, pipe: Any, shard: DeadLetterKeys, ids: list[str]) -> None:
         pipe.hdel(shard.entries, *ids)
-        pipe.zrem(shard.by_time, *ids)
-        for reason in REASONS:
-            pipe.zrem(shard.by_reason(reason), *ids)
+        queue_unindexing(pipe, shard, ids, REASONS)
 
     def remove(self, entry_ids: Iterable[str]) -> int:
         """Remove entries whatever they hold now (one transaction per shard)."""

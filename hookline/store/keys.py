@@ -313,6 +313,22 @@ class DeadLetterKeys:
     def by_reason(self, reason: str) -> str:
         return f"hookline:{{{self.tag}}}:by_reason:{reason}"
 
+    def by_endpoint(self, endpoint_id: str) -> str:
+        """One endpoint's entries by time (kept with the other indexes, in their transaction)."""
+        return f"hookline:{{{self.tag}}}:by_endpoint:{endpoint_id}"
+
+    def by_endpoint_reason(self, endpoint_id: str, reason: str) -> str:
+        """One endpoint's entries of one reason by time: a page filtered by both reads only
+        what it shows (the reason first: endpoint ids hold no ``:``, reasons neither)."""
+        return f"hookline:{{{self.tag}}}:by_endpoint_reason:{reason}:{endpoint_id}"
+
+    @property
+    def endpoint_indexed(self) -> str:
+        """Set once the shard's per-endpoint indexes hold every entry (``hookline dlq
+        reindex``, or the first read that needs them): entries written by a version without
+        them are indexed then."""
+        return f"hookline:{{{self.tag}}}:endpoint_indexed"
+
 
 def schedule_shards(count: int) -> tuple[ScheduleKeys, ...]:
     return tuple(ScheduleKeys(tag) for tag in shard_tags("schedule", count))
@@ -333,7 +349,52 @@ def endpoint_index_key(endpoint_id: str, count: int) -> str:
     return endpoint_index_keys(count)[endpoint_shard(endpoint_id, count)]
 
 
+# -- the audit log and the per-minute stats (hookline/service/) -------------------------------
+
+#: The audit log: who did what, when, from which session (a stream capped near
+#: ``AUDIT_MAXLEN`` entries; hookline.service.audit).
+AUDIT_KEY = "hookline:audit"
+#: Entries the audit log keeps, about (XADD MAXLEN ~).
+AUDIT_MAXLEN = 100_000
+#: Seconds a minute's stats hash lives: two days of "deliveries over time".
+STATS_TTL = 48 * 3600
+
+
+def stats_key(minute: int) -> str:
+    """The outcome counts of one minute (a hash: outcome -> count, every worker process's
+    summed), ``minute`` the Unix time of its first second divided by 60."""
+    return f"hookline:stats:{minute}"
+
+
 # -- replication (hookline/store/replication.py) ---------------------------------------------
 
 #: Written before a WAIT, so that WAIT counts every write finished before it.
 REPLICATION_FENCE_KEY = "hookline:replication-fence"
+
+
+# -- bulk replay jobs (hookline.store.replay_jobs; hash tag: the job) ------------------------
+
+#: Every bulk replay job by when it was started (a sorted set: job id -> Unix seconds).
+REPLAY_JOBS_KEY = "hookline:replay_jobs"
+
+
+def replay_job_key(job_id: str) -> str:
+    """One bulk replay job: its query, state, cursor, start time and runner lease (a hash)."""
+    return f"hookline:{{replay_job:{job_id}}}:job"
+
+
+def replay_job_entries_key(job_id: str) -> str:
+    """The job's snapshot: the matching entries when it started, in replay order (a list of
+    JSON ``[entry id, dead-lettered at, seconds after the start it is due]``)."""
+    return f"hookline:{{replay_job:{job_id}}}:entries"
+
+
+def replay_job_replayed_key(job_id: str) -> str:
+    """The entry ids the job replayed (a set: a batch done again after a crash counts once)."""
+    return f"hookline:{{replay_job:{job_id}}}:replayed"
+
+
+def replay_job_skipped_key(job_id: str) -> str:
+    """The entry ids the job did not replay: gone or dead-lettered again since the snapshot,
+    not a valid event, or the retry schedule full (a set)."""
+    return f"hookline:{{replay_job:{job_id}}}:skipped"

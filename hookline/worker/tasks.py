@@ -17,6 +17,7 @@ import redis
 from celery.signals import task_failure, task_revoked
 from kombu.exceptions import OperationalError
 
+import hookline.worker.tallies  # noqa: F401 (counts each delivery's outcome)
 from hookline.core import metrics
 from hookline.core.config import settings
 from hookline.core.errors import HooklineError
@@ -41,6 +42,7 @@ from hookline.delivery.fanout import expand
 from hookline.delivery.retries import dead_letter_unexpected
 from hookline.transport.liveness import process_liveness
 from hookline.transport.receipt import receipt_for, wait_for_share
+from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these)
 from hookline.worker.celery import app
 from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask

@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import hookline.cli
-import hookline.cli.stats
+import hookline.service.stats
 import hookline.store.gates
 from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE
@@ -402,8 +402,8 @@ def test_stats_counts_the_messages_waiting_in_each_queue(monkeypatch,
                                                          redis_client: redis.Redis) -> None:
     # Scratch lists stand in for the queues: a worker sharing this Redis may drain the real ones.
     first, retry = "hookline:test-cli:first", "hookline:test-cli:retry"
-    monkeypatch.setattr(hookline.cli.stats, "DELIVERY_QUEUE", first)
-    monkeypatch.setattr(hookline.cli.stats, "RETRY_QUEUE", retry)
+    monkeypatch.setattr(hookline.service.stats, "DELIVERY_QUEUE", first)
+    monkeypatch.setattr(hookline.service.stats, "RETRY_QUEUE", retry)
     redis_client.lpush(first, "m1", "m2", "m3")
     redis_client.lpush(retry, "m4")
     assert json_out("stats")["queues"] == {first: 3, retry: 1}

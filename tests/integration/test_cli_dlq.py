@@ -455,3 +455,39 @@ def test_dlq_restore_spool_moves_spooled_entries_into_redis(monkeypatch, tmp_pat
     assert sorted(ids_of(json_out("dlq", "list"))) == ["shop/ev-0", "shop/ev-1"]
     assert not (tmp_path / "spool").exists()
     assert "nothing to restore" in succeeds("dlq", "restore-spool").stdout
+
+
+# -- the last status, the per-endpoint index, the audit log -----------------------------------
+
+
+def test_dlq_list_and_purge_filter_by_the_last_status(dead_letters: DeadLetterQueue) -> None:
+    dead_letters.add(dataclasses.replace(dead_letter("shop", "ev-410"), last_status=410))
+    dead_letters.add(dataclasses.replace(dead_letter("crm", "ev-none"), last_status=None))
+    assert ids_of(json_out("dlq", "list", "--status", "410")) == ["shop/ev-410"]
+    assert ids_of(json_out("dlq", "list", "--status", "0")) == ["crm/ev-none"]
+    assert len(json_out("dlq", "list", "--status", "503", "--endpoint", "shop")) == 3
+    assert "is not in the range" in fails("dlq", "list", "--status", "600", code=2).stderr
+    assert "purged 1 dead letter(s)" in succeeds("dlq", "purge", "--status", "410",
+                                                 "--yes").stdout
+    assert dead_letters.count() == 6
+
+
+def test_dlq_reindex_indexes_entries_written_before_the_endpoint_index(
+        dead_letters: DeadLetterQueue, redis_client: redis.Redis) -> None:
+    stale = list(redis_client.scan_iter("hookline:{dlq}:by_endpoint*"))
+    redis_client.delete("hookline:{dlq}:endpoint_indexed", *stale)  # as an older version left it
+    assert "indexed 5 dead letter(s) by endpoint" in succeeds("dlq", "reindex").stdout
+    assert redis_client.zcard("hookline:{dlq}:by_endpoint:shop") == 3
+    assert ids_of(json_out("dlq", "list", "--endpoint", "crm")) == ["crm/ev-a", "crm/ev-b"]
+
+
+def test_dlq_actions_are_in_the_audit_log_with_the_cli_user(dead_letters: DeadLetterQueue
+                                                            ) -> None:
+    from hookline.service import audit
+    from hookline.service.actor import cli_actor
+
+    succeeds("dlq", "purge", "crm/ev-a", "--yes")
+    entry = audit.recent(cli_actor(), limit=1).items[0]
+    assert (entry.actor, entry.action, entry.target) == (cli_actor().name, "dead_letter.purge",
+                                                         "1 dead letter(s)")
+    assert entry.session.startswith("cli:")

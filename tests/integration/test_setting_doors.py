@@ -29,11 +29,13 @@ DOORS = {
     "hookline worker --processes 1": [str(BIN / "hookline"), "worker", "--processes", "1"],
     "hookline stats": [str(BIN / "hookline"), "stats"],
     "hookline endpoint list": [str(BIN / "hookline"), "endpoint", "list"],
+    "hookline console": [str(BIN / "hookline"), "console", "--port", "0"],
     "flask routes": [str(BIN / "flask"), "--app", "examples.flask_app.app", "routes"],
     "manage.py check": [sys.executable, "-m", "examples.django_project.manage", "check"],
 }
 #: Doors that read only Hookline's settings, not the Celery worker's (CELERY_WORKER_*).
-WEB_AND_CLI = {"hookline stats", "hookline endpoint list", "flask routes", "manage.py check"}
+WEB_AND_CLI = {"hookline stats", "hookline endpoint list", "hookline console", "flask routes",
+               "manage.py check"}
 
 
 def _run(command: list[str], variable: str, value: str) -> subprocess.CompletedProcess[str]:

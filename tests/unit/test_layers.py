@@ -32,7 +32,9 @@ LAYERS = [
     ("transport", ["hookline.transport"]),
     ("delivery", ["hookline.delivery"]),
     ("worker", ["hookline.worker"]),
-    ("faces", ["hookline.api", "hookline.cli", "hookline.contrib", *PUBLIC_MODULES, "hookline"]),
+    ("service", ["hookline.service"]),
+    ("faces", ["hookline.api", "hookline.cli", "hookline.contrib", "hookline.console",
+               *PUBLIC_MODULES, "hookline"]),
     ("entry points", ["app", "tasks", "celeryconfig"]),
 ]
 #: The only layers that may know kombu, billiard and Celery's worker internals.

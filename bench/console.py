@@ -1,0 +1,300 @@
+"""The console at scale: every page's answer time with 10,000 endpoints and 100,000 dead letters.
+
+    python -m bench.console [--endpoints N] [--dead-letters N] [--requests R] [--quick]
+
+A private Redis is filled the way Hookline fills it, through the store's own writes (so every
+index a page reads is there): ``--endpoints`` endpoints over ``APPS`` applications, the
+``--dead-letters`` spread over them, their reasons and the last week, in transactions of
+``BATCH`` entries; a few thousand scheduled retries; audit entries and a day of per-minute
+stats. Then each console page is asked for ``--requests`` times (after two requests not timed)
+through werkzeug's test client against the standalone application, signed in with basic auth:
+the whole WSGI answer (authorization, the service's reads, the template) but no network.
+Reported: p50, p95 and the slowest answer per page, each page's verdict against
+``TARGET_MS``, and the machine. Writes ``bench/results/console.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, control_redis, machine, run_bench
+
+OUTPUT = ROOT / "bench" / "results" / "console.json"
+
+#: Every page must answer within this, milliseconds (the console's scale target).
+TARGET_MS = 300.0
+#: Applications the endpoints belong to (each has endpoints / APPS of them).
+APPS = 20
+#: Dead letters written per transaction.
+BATCH = 1000
+#: Scheduled retries parked over the first endpoints.
+RETRIES = 2000
+#: Audit entries written.
+AUDIT_ENTRIES = 2000
+#: Minutes of per-minute stats written (a day).
+STATS_MINUTES = 24 * 60
+#: How far back the dead letters go, seconds.
+SPREAD = 7 * 86400
+#: The basic-auth operator the bench signs in as.
+OPERATOR = ("bench", "bench-password")
+#: Reasons the seeded dead letters are given, most often first.
+SEEDED_REASONS = ("exhausted", "exhausted", "exhausted", "rejected", "endpoint_disabled",
+                  "expired", "endpoint_gone")
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What the pages are asked about: ids that exist in the filled Redis."""
+
+    endpoint_id: str
+    app_id: str
+    event_id: str
+    since: float
+    until: float
+
+
+def seed_endpoints(count: int) -> list[str]:
+    """``count`` endpoints through the registry (validated, indexed), over ``APPS``
+    applications; returns their ids."""
+    from hookline.store.apps import AppRegistry
+    from hookline.store.endpoints import EndpointRegistry
+
+    apps = AppRegistry()
+    app_ids = [f"app-{n:02d}" for n in range(APPS)]
+    for app_id in app_ids:
+        apps.add(app_id, name=f"Application {app_id}")
+    registry = EndpointRegistry()
+    ids = [f"ep-{n:05d}" for n in range(count)]
+    for n, endpoint_id in enumerate(ids):
+        registry.add(endpoint_id, f"http://127.0.0.1:9/hooks/{endpoint_id}",
+                     app=app_ids[n % APPS], rate="50/s" if n % 3 == 0 else None)
+    return ids
+
+
+def seed_dead_letters(endpoint_ids: list[str], count: int, now: float) -> None:
+    """``count`` dead letters through the queue's own transactional write (entry and every
+    index together), ``BATCH`` at a time, spread over the endpoints, reasons and ``SPREAD``."""
+    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+    from hookline.store.deadletter_index import ensure_endpoint_index
+
+    queue = DeadLetterQueue()
+    # The queue is empty, so its per-endpoint indexes are complete: say so before writing,
+    # as a queue grown by workers of this version would have.
+    ensure_endpoint_index(queue.redis, queue.shards)
+    chooser = random.Random(25)
+    for start in range(0, count, BATCH):
+        batch = []
+        for n in range(start, min(start + BATCH, count)):
+            at = now - SPREAD + SPREAD * n / count
+            batch.append(DeadLetter(
+                endpoint_id=endpoint_ids[chooser.randrange(len(endpoint_ids))],
+                event_id=f"evt-{n:06d}", event_type="order.paid",
+                payload={"order": n, "total": "12.50"},
+                reason=SEEDED_REASONS[n % len(SEEDED_REASONS)], attempts=8,
+                first_attempt_at=at - 3600, last_attempt_at=at, last_status=503,
+                last_error="503 Service Unavailable", dead_lettered_at=at, enqueued_at=at - 3600))
+        queue._write(batch)  # the write add() makes, without its per-entry replica wait
+
+
+def seed_retries(endpoint_ids: list[str]) -> None:
+    """``RETRIES`` retries parked over the first 200 endpoints, due from a minute on, each a
+    real broker message (the schedule page decodes them)."""
+    from hookline.store.schedule import RetrySchedule
+    from hookline.transport.envelope import build_message
+    from hookline.worker.celery import app as celery_app
+
+    schedule = RetrySchedule()
+    for n in range(RETRIES):
+        endpoint_id, event_id = endpoint_ids[n % 200], f"retry-{n:05d}"
+        message = build_message(celery_app, task_name="hookline.deliver", task_id=event_id,
+                                args=[endpoint_id, "order.paid", {"order": n}],
+                                kwargs={"event_id": event_id}, retries=3,
+                                queue="hookline.retry")
+        schedule.park(endpoint_id=endpoint_id, event_id=event_id, countdown=60 + n,
+                      message=message, last_status=503, last_error="503 Service Unavailable")
+
+
+def seed_audit_and_stats(endpoint_ids: list[str], now: float) -> None:
+    from hookline.service import audit
+    from hookline.service.actor import Actor
+    from hookline.store import connection as store
+    from hookline.store import keys
+
+    operator = Actor(name=OPERATOR[0], session="bench")
+    for n in range(AUDIT_ENTRIES):
+        audit.record(operator, "endpoint.pause", endpoint_ids[n % len(endpoint_ids)])
+    client = store.client()
+    pipe = client.pipeline(transaction=False)
+    minute = int(now // 60)
+    for back in range(STATS_MINUTES):
+        key = keys.stats_key(minute - back)
+        pipe.hset(key, mapping={"delivered": 900 + back % 50, "failed": 40, "dead_lettered": 2})
+        pipe.expire(key, keys.STATS_TTL)
+    pipe.execute()
+
+
+def seed(options: argparse.Namespace) -> tuple[Seeded, dict[str, float]]:
+    """Fill the Redis; returns what the pages ask about and seconds per part."""
+    now = time.time()
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    endpoint_ids = seed_endpoints(options.endpoints)
+    seconds["endpoints"] = time.monotonic() - started
+    started = time.monotonic()
+    seed_dead_letters(endpoint_ids, options.dead_letters, now)
+    seconds["dead_letters"] = time.monotonic() - started
+    started = time.monotonic()
+    seed_retries(endpoint_ids)
+    seed_audit_and_stats(endpoint_ids, now)
+    seconds["retries_audit_stats"] = time.monotonic() - started
+    from hookline.store.deadletter import DeadLetterQueue
+
+    middle = options.dead_letters // 2
+    letter = DeadLetterQueue().find(limit=1)[0]
+    seeded = Seeded(endpoint_id=letter.endpoint_id, app_id="app-07",
+                    event_id=f"evt-{middle:06d}", since=now - 2 * 86400, until=now - 86400)
+    return seeded, {part: round(value, 1) for part, value in seconds.items()}
+
+
+def page_urls(console: Any, seeded: Seeded) -> dict[str, str]:
+    """The pages timed, by name: each list unfiltered and filtered, one of each detail page.
+    URLs are built from the console's own routes, so a renamed path is followed."""
+    adapter = console.url_map.bind("localhost")
+    built: dict[str, str] = {}
+
+    def add(name: str, page: str, query: dict[str, Any] | None = None, **values: Any) -> None:
+        try:
+            url = adapter.build(page, values, force_external=False)
+        except Exception as exc:  # a page the console does not have (yet): said, not timed
+            built[name] = f"!{type(exc).__name__}: {page}"
+            return
+        if query:
+            url += "?" + "&".join(f"{key}={value}" for key, value in query.items())
+        built[name] = url
+
+    add("overview", "overview.overview")
+    add("endpoints", "endpoints.endpoint_list")
+    add("endpoints of an application", "endpoints.endpoint_list", {"app": seeded.app_id})
+    add("endpoints by search", "endpoints.endpoint_list", {"search": "ep-0999"})
+    add("endpoint health", "endpoints.endpoint_show", endpoint_id=seeded.endpoint_id)
+    add("event search", "events.event_search", {"event_id": seeded.event_id})
+    add("dead letters", "dead_letters.letter_list")
+    add("dead letters of an endpoint", "dead_letters.letter_list",
+        {"endpoint": seeded.endpoint_id})
+    add("dead letters by reason and time", "dead_letters.letter_list",
+        {"reason": "rejected", "since": int(seeded.since), "until": int(seeded.until)})
+    add("bulk replay dry run", "dead_letters.bulk_confirm", {"reason": "expired"})
+    add("retry schedule", "overview.schedule")
+    add("stats", "overview.stats")
+    add("audit log", "overview.audit_log")
+    return built
+
+
+def timed(get: Callable[[str], Any], url: str, requests: int) -> dict[str, Any]:
+    """``requests`` answers to ``url`` after two untimed ones: p50, p95, max (ms), status."""
+    for _ in range(2):
+        response = get(url)
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = get(url)
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    p95 = samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))]
+    return {"url": url, "status": response.status_code, "bytes": len(response.data),
+            "p50_ms": round(statistics.median(samples), 1), "p95_ms": round(p95, 1),
+            "max_ms": round(samples[-1], 1), "within_target": p95 <= TARGET_MS}
+
+
+def time_pages(app: Any, urls: dict[str, str], requests: int) -> dict[str, Any]:
+    """Each page of ``urls`` timed (:func:`timed`) through ``app``, in one signed-in session."""
+    from werkzeug.test import Client
+
+    client = Client(app)
+    authorization = "Basic " + base64.b64encode(":".join(OPERATOR).encode()).decode()
+    # One browser's session: the cookie the first answer sets is sent with every later one.
+    client.get("/", headers={"Authorization": authorization})
+
+    def get(url: str) -> Any:
+        return client.get(url, headers={"Authorization": authorization})
+
+    pages: dict[str, Any] = {}
+    for name, url in urls.items():
+        if url.startswith("!"):
+            pages[name] = {"missing": url[1:]}
+            continue
+        pages[name] = timed(get, url, requests)
+    return pages
+
+
+def standalone() -> Any:
+    """The standalone console (what ``hookline console`` serves), the bench's operator its
+    only user."""
+    from hookline.console.standalone import standalone_app
+
+    return standalone_app({"HOOKLINE_CONSOLE_BASIC_AUTH": ":".join(OPERATOR)})
+
+
+def run(options: argparse.Namespace) -> dict[str, Any]:
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hl-console-")))
+        _control, client = control_redis(stack, workdir)
+        seeded, seed_seconds = seed(options)
+        app = standalone()
+        # The session-cookie middleware wraps the console, whose routes build the URLs.
+        urls = page_urls(getattr(app, "app", app), seeded)
+        pages = time_pages(app, urls, options.requests)
+        memory = client.info("memory")["used_memory_human"]
+        timed_pages = [page for page in pages.values() if "p95_ms" in page]
+        return {"machine": machine(client), "target_ms": TARGET_MS,
+                "endpoints": options.endpoints, "dead_letters": options.dead_letters,
+                "retries": RETRIES, "audit_entries": AUDIT_ENTRIES,
+                "requests_per_page": options.requests, "seed_seconds": seed_seconds,
+                "redis_memory": memory, "pages": pages,
+                "all_within_target": bool(timed_pages) and all(
+                    page["within_target"] and page["status"] == 200 for page in timed_pages)}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"{result['endpoints']:,} endpoints, {result['dead_letters']:,} dead letters "
+             f"(seeded in {sum(result['seed_seconds'].values()):.0f} s, Redis "
+             f"{result['redis_memory']}); {result['requests_per_page']} requests a page; "
+             f"target p95 <= {result['target_ms']:.0f} ms",
+             "| page | status | p50 ms | p95 ms | max ms | verdict |", "|---|---|---|---|---|---|"]
+    for name, page in result["pages"].items():
+        if "missing" in page:
+            lines.append(f"| {name} | - | - | - | - | no such page ({page['missing']}) |")
+            continue
+        verdict = "ok" if page["within_target"] and page["status"] == 200 else "OVER"
+        lines.append(f"| {name} | {page['status']} | {page['p50_ms']} | {page['p95_ms']} | "
+                     f"{page['max_ms']} | {verdict} |")
+    lines.append("all pages within target" if result["all_within_target"]
+                 else "NOT all pages within target")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoints", type=int, help="endpoints (10000; --quick 1000)")
+    parser.add_argument("--dead-letters", type=int, help="dead letters (100000; --quick 10000)")
+    parser.add_argument("--requests", type=int, default=30, help="timed requests per page")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    options = parser.parse_args(argv)
+    options.endpoints = options.endpoints or (1000 if options.quick else 10_000)
+    options.dead_letters = options.dead_letters or (10_000 if options.quick else 100_000)
+    return run_bench(run, options, report)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

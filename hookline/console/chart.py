@@ -1,0 +1,85 @@
+"""Charts drawn on the server as SVG: no chart library, no script, nothing inline the CSP would
+refuse (SVG presentation attributes are not styles).
+
+:func:`line_chart` draws one line per series over a shared time axis (the stats page:
+deliveries and outcomes per minute). Every text that reaches the SVG is escaped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from markupsafe import Markup, escape
+
+#: Line colours, in series order (the stylesheet's legend uses the same: .series-<n>).
+PALETTE = ("#1f8a4c", "#b7791f", "#c23b2b", "#2a5bd7", "#7b4bc4", "#5d6878")
+#: Room for the axis labels, pixels: left, right, top, bottom.
+MARGIN = (48, 12, 12, 28)
+#: Horizontal grid lines (and y labels) drawn.
+GRID_LINES = 4
+
+
+def _nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 5 x 10^n at or above ``value`` (a y-axis top a reader can
+    divide), 1 for an empty chart."""
+    if value <= 0:
+        return 1.0
+    scale = 1.0
+    while scale * 10 <= value:
+        scale *= 10
+    while scale > value:
+        scale /= 10
+    for step in (1, 2, 5, 10):
+        if step * scale >= value:
+            return step * scale
+    return 10 * scale
+
+
+def _clock(at: float) -> str:
+    """A minute's label: ``HH:MM`` in UTC."""
+    return time.strftime("%H:%M", time.gmtime(at))
+
+
+def line_chart(minutes: Sequence[float], series: Mapping[str, Sequence[float]], *,
+               width: int = 900, height: int = 260, title: str = "") -> Markup:
+    """An SVG line chart: ``minutes`` (Unix seconds, oldest first) on the x axis, one line per
+    ``series`` entry (a value per minute), the y axis from 0 to a round number above the
+    largest value."""
+    left, right, top, bottom = MARGIN
+    plot_w, plot_h = width - left - right, height - top - bottom
+    peak = _nice_ceiling(max((max(values, default=0) for values in series.values()), default=0))
+    count = max(len(minutes), 1)
+
+    def x(index: int) -> float:
+        return left + (plot_w * index / (count - 1) if count > 1 else plot_w / 2)
+
+    def y(value: float) -> float:
+        return top + plot_h - plot_h * value / peak
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" id="stats-chart" '
+             f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+             f'aria-label="{escape(title)}">']
+    if title:
+        parts.append(f"<title>{escape(title)}</title>")
+    for line in range(GRID_LINES + 1):
+        value = peak * line / GRID_LINES
+        parts.append(f'<line class="grid" x1="{left}" x2="{width - right}" y1="{y(value):.1f}" '
+                     f'y2="{y(value):.1f}"/>')
+        parts.append(f'<text x="{left - 6}" y="{y(value) + 4:.1f}" text-anchor="end">'
+                     f"{value:g}</text>")
+    step = max(1, count // 6)
+    for index in range(0, len(minutes), step):
+        parts.append(f'<text x="{x(index):.1f}" y="{height - 8}" text-anchor="middle">'
+                     f"{_clock(minutes[index])}</text>")
+    parts.append(f'<line class="axis" x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}"/>')
+    parts.append(f'<line class="axis" x1="{left}" x2="{width - right}" y1="{top + plot_h}" '
+                 f'y2="{top + plot_h}"/>')
+    for number, (name, values) in enumerate(series.items()):
+        colour = PALETTE[number % len(PALETTE)]
+        points = " ".join(f"{x(index):.1f},{y(value):.1f}" for index, value in enumerate(values))
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+                     f'data-series="{escape(name)}" points="{points}"><title>{escape(name)}'
+                     f"</title></polyline>")
+    parts.append("</svg>")
+    return Markup("".join(parts))

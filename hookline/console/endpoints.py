@@ -1,0 +1,86 @@
+"""The application and endpoint pages: the applications, a paginated list of endpoints (by
+application, by id search), one endpoint's health, and its actions (pause and resume, disable
+and enable, breaker reset, secret rotation).
+
+Each action is one service call: the service refuses a read-only actor, keeps a tenant inside
+its application and writes the audit entry. A rotated secret is shown once, in the answer to
+the POST that made it (no redirect, ``Cache-Control: no-store``), and never again.
+"""
+
+from __future__ import annotations
+
+from werkzeug.wrappers import Response
+
+from hookline.console.visit import Routes, Visit
+from hookline.service import apps, endpoint_actions, endpoints
+
+routes = Routes("endpoints")
+
+#: Endpoints per page unless ``?limit=`` asks for another number (the service bounds it).
+PAGE_SIZE = 50
+
+
+
+@routes.get("/apps")
+def app_list(visit: Visit) -> Response:
+    """The applications (a tenant: its own), each with its number of endpoints."""
+    return visit.render("apps.html", listings=apps.list_apps(visit.actor))
+
+
+@routes.get("/endpoints")
+def endpoint_list(visit: Visit) -> Response:
+    query = {"app": visit.param("app"), "search": visit.param("search")}
+    page = endpoints.list_endpoints(visit.actor, app=query["app"] or None,
+                                    search=query["search"] or None,
+                                    cursor=visit.param("cursor") or None,
+                                    limit=visit.limit(PAGE_SIZE))
+    return visit.render("endpoints.html", page=page, query=query)
+
+
+@routes.get("/endpoints/<endpoint_id>")
+def endpoint_show(visit: Visit) -> Response:
+    health = endpoints.endpoint_health(visit.actor, str(visit.args["endpoint_id"]))
+    return visit.render("endpoint.html", health=health, endpoint=health.summary)
+
+
+def _done(visit: Visit, notice: str) -> Response:
+    return visit.redirect("endpoints.endpoint_show", {"notice": notice},
+                          endpoint_id=visit.args["endpoint_id"])
+
+
+@routes.post("/endpoints/<endpoint_id>/pause")
+def pause(visit: Visit) -> Response:
+    endpoint_actions.pause(visit.actor, str(visit.args["endpoint_id"]))
+    return _done(visit, "paused")
+
+
+@routes.post("/endpoints/<endpoint_id>/resume")
+def resume(visit: Visit) -> Response:
+    endpoint_actions.resume(visit.actor, str(visit.args["endpoint_id"]))
+    return _done(visit, "resumed")
+
+
+@routes.post("/endpoints/<endpoint_id>/disable")
+def disable(visit: Visit) -> Response:
+    reason = visit.form("reason") or "disabled by operator"
+    endpoint_actions.disable(visit.actor, str(visit.args["endpoint_id"]), reason)
+    return _done(visit, "disabled")
+
+
+@routes.post("/endpoints/<endpoint_id>/enable")
+def enable(visit: Visit) -> Response:
+    endpoint_actions.enable(visit.actor, str(visit.args["endpoint_id"]))
+    return _done(visit, "enabled")
+
+
+@routes.post("/endpoints/<endpoint_id>/reset-breaker")
+def reset_breaker(visit: Visit) -> Response:
+    endpoint_actions.reset_breaker(visit.actor, str(visit.args["endpoint_id"]))
+    return _done(visit, "breaker-reset")
+
+
+@routes.post("/endpoints/<endpoint_id>/rotate-secret")
+def rotate_secret(visit: Visit) -> Response:
+    rotated = endpoint_actions.rotate_secret(visit.actor, str(visit.args["endpoint_id"]))
+    return visit.render("secret.html", rotated=rotated,
+                        endpoint_id=str(visit.args["endpoint_id"]))

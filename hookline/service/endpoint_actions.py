@@ -1,0 +1,193 @@
+"""What an operator or a tenant does to an endpoint: add, update, remove, pause and resume,
+disable and enable, reset its breaker, rotate its secret.
+
+Public API (each: ``ReadOnly`` first for a read-only actor, then ``NotFound`` for an endpoint
+that does not exist or is outside ``actor.app_scope``; one audit entry once done)::
+
+    @dataclass(frozen=True)
+    class AddedEndpoint:   summary: EndpointSummary; secret: str | None   # generated: once
+    @dataclass(frozen=True)
+    class RotatedSecret:   summary: EndpointSummary; secret: str
+                           previous_until: list[float | None]   # old secrets' expiry
+    add_endpoint(actor, endpoint_id, url, *, secret=None, timeout=None, retry_policy=None,
+                 rate=None, burst=None, headers=None, app=None, event_types=None,
+                 channels=None, max_in_flight=None) -> AddedEndpoint
+    update_endpoint(actor, endpoint_id, *, url=None, secret=None, timeout=None,
+                    retry_policy=None, rate=None, burst=None, headers=None,
+                    remove_headers=(), app=None, event_types=None, channels=None,
+                    max_in_flight=None) -> EndpointSummary
+    remove_endpoint(actor, endpoint_id) -> None
+    pause(actor, endpoint_id) -> EndpointSummary
+    resume(actor, endpoint_id) -> int                     # held deliveries made due now
+    disable(actor, endpoint_id, reason="disabled by operator") -> EndpointSummary
+    enable(actor, endpoint_id) -> EndpointSummary
+    reset_breaker(actor, endpoint_id) -> None
+    rotate_secret(actor, endpoint_id, *, overlap=None, secret=None) -> RotatedSecret
+
+A scoped actor's endpoints stay in its application: ``add_endpoint`` puts them there (another
+application is NotFound) and ``update_endpoint`` cannot move one out. Validation and the SSRF
+rules are the registry's, the same for every face.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hookline.delivery import retries
+from hookline.service import audit
+from hookline.service.actor import Actor, NotFound
+from hookline.service.endpoints import EndpointSummary, require_endpoint, summarize
+from hookline.store.endpoints import EndpointRegistry, Names
+from hookline.store.gates import Gate
+
+
+@dataclass(frozen=True)
+class AddedEndpoint:
+    """The new endpoint; ``secret`` is the generated signing secret, shown this once (None
+    when the caller gave one)."""
+
+    summary: EndpointSummary
+    secret: str | None
+
+
+@dataclass(frozen=True)
+class RotatedSecret:
+    """The new secret, shown this once, and when each previous secret stops signing (Unix
+    seconds; None: never), newest first."""
+
+    summary: EndpointSummary
+    secret: str
+    previous_until: list[float | None]
+
+
+def _in_scope_app(actor: Actor, app: str | None) -> str | None:
+    """The application a scoped actor's endpoint goes to: its own (another: NotFound)."""
+    if actor.app_scope is None:
+        return app
+    if app not in (None, actor.app_scope):
+        raise NotFound("application", str(app))
+    return actor.app_scope
+
+
+def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None = None,
+                 timeout: float | None = None, retry_policy: Mapping[str, Any] | None = None,
+                 rate: str | None = None, burst: int | None = None,
+                 headers: Mapping[str, str] | None = None, app: str | None = None,
+                 event_types: Names = None, channels: Names = None,
+                 max_in_flight: int | None = None) -> AddedEndpoint:
+    """Register an endpoint (``burst`` None: the registry's default)."""
+    actor.require_act(f"add endpoint {endpoint_id}")
+    app = _in_scope_app(actor, app)
+    extra: dict[str, Any] = {} if burst is None else {"burst": burst}
+    added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
+                                   retry_policy=retry_policy, rate=rate, headers=headers,
+                                   app=app, event_types=event_types, channels=channels,
+                                   max_in_flight=max_in_flight, **extra)
+    audit.record(actor, "endpoint.add", added.id, app=added.app)
+    return AddedEndpoint(summary=summarize(added), secret=None if secret else added.secrets[0])
+
+
+def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
+                    secret: str | None = None, timeout: float | None = None,
+                    retry_policy: Mapping[str, Any] | None = None, rate: str | None = None,
+                    burst: int | None = None, headers: Mapping[str, str] | None = None,
+                    remove_headers: Sequence[str] = (), app: str | None = None,
+                    event_types: Names = None, channels: Names = None,
+                    max_in_flight: int | None = None) -> EndpointSummary:
+    """Change an endpoint (``EndpointRegistry.update``'s meanings: ``rate="none"`` removes
+    the limit, ``app="none"`` takes it out of its application, 0 removes the cap)."""
+    actor.require_act(f"update endpoint {endpoint_id}")
+    registry = EndpointRegistry()
+    require_endpoint(actor, endpoint_id, registry)
+    if actor.app_scope is not None and app is not None and app != actor.app_scope:
+        raise NotFound("application", app)
+    updated = registry.update(endpoint_id, url=url, secret=secret, timeout=timeout,
+                              retry_policy=retry_policy, rate=rate, burst=burst,
+                              headers=headers, remove_headers=remove_headers, app=app,
+                              event_types=event_types, channels=channels,
+                              max_in_flight=max_in_flight)
+    given = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
+             "rate": rate, "burst": burst, "headers": headers or None,
+             "remove_headers": remove_headers or None, "app": app, "event_types": event_types,
+             "channels": channels, "max_in_flight": max_in_flight}
+    # The names of what changed, never a value (a secret, a header's credentials).
+    audit.record(actor, "endpoint.update", endpoint_id,
+                 ", ".join(name for name, value in given.items() if value is not None),
+                 app=updated.app)
+    return summarize(updated)
+
+
+def remove_endpoint(actor: Actor, endpoint_id: str) -> None:
+    """Forget the endpoint; its scheduled retries are dead-lettered (endpoint_removed)."""
+    actor.require_act(f"remove endpoint {endpoint_id}")
+    registry = EndpointRegistry()
+    endpoint = require_endpoint(actor, endpoint_id, registry)
+    retries.remove_endpoint(registry, endpoint_id)
+    audit.record(actor, "endpoint.remove", endpoint_id, app=endpoint.app)
+
+
+def pause(actor: Actor, endpoint_id: str) -> EndpointSummary:
+    """Hold every delivery to the endpoint in the retry schedule until :func:`resume`."""
+    actor.require_act(f"pause endpoint {endpoint_id}")
+    registry = EndpointRegistry()
+    require_endpoint(actor, endpoint_id, registry)
+    paused = retries.pause_endpoint(registry, endpoint_id)
+    audit.record(actor, "endpoint.pause", endpoint_id, app=paused.app)
+    return summarize(paused)
+
+
+def resume(actor: Actor, endpoint_id: str) -> int:
+    """End the pause: returns how many held deliveries were made due now."""
+    actor.require_act(f"resume endpoint {endpoint_id}")
+    registry = EndpointRegistry()
+    endpoint = require_endpoint(actor, endpoint_id, registry)
+    _, released = retries.resume_endpoint(registry, endpoint_id)
+    audit.record(actor, "endpoint.resume", endpoint_id, f"{released} held deliveries due",
+                 app=endpoint.app)
+    return released
+
+
+def disable(actor: Actor, endpoint_id: str,
+            reason: str = "disabled by operator") -> EndpointSummary:
+    """Stop sending; the endpoint's scheduled retries are dead-lettered (endpoint_disabled)."""
+    actor.require_act(f"disable endpoint {endpoint_id}")
+    registry = EndpointRegistry()
+    require_endpoint(actor, endpoint_id, registry)
+    disabled = retries.disable_endpoint(registry, endpoint_id, reason)
+    audit.record(actor, "endpoint.disable", endpoint_id, reason, app=disabled.app)
+    return summarize(disabled)
+
+
+def enable(actor: Actor, endpoint_id: str) -> EndpointSummary:
+    actor.require_act(f"enable endpoint {endpoint_id}")
+    registry = EndpointRegistry()
+    require_endpoint(actor, endpoint_id, registry)
+    enabled = registry.enable(endpoint_id)
+    audit.record(actor, "endpoint.enable", endpoint_id, app=enabled.app)
+    return summarize(enabled)
+
+
+def reset_breaker(actor: Actor, endpoint_id: str) -> None:
+    """Close the breaker and lift its Retry-After block: sends resume at once."""
+    actor.require_act(f"reset the breaker of {endpoint_id}")
+    endpoint = require_endpoint(actor, endpoint_id)
+    Gate().reset_breaker(endpoint.id)
+    audit.record(actor, "breaker.reset", endpoint_id, app=endpoint.app)
+
+
+def rotate_secret(actor: Actor, endpoint_id: str, *, overlap: float | None = None,
+                  secret: str | None = None) -> RotatedSecret:
+    """A new signing secret in front; the current ones keep signing for ``overlap`` seconds
+    (``HOOKLINE_SECRET_OVERLAP`` when None). The new secret is in the answer only: the audit
+    entry says that it rotated, never what to."""
+    actor.require_act(f"rotate the secret of {endpoint_id}")
+    registry = EndpointRegistry()
+    require_endpoint(actor, endpoint_id, registry)
+    rotated, new = registry.rotate_secret(endpoint_id, secret=secret, overlap=overlap)
+    audit.record(actor, "endpoint.rotate_secret", endpoint_id,
+                 "" if overlap is None else f"overlap {overlap:g}s", app=rotated.app)
+    return RotatedSecret(summary=summarize(rotated), secret=new,
+                         previous_until=[rotated.secret_expiry.get(old)
+                                         for old in rotated.secrets[1:]])
