@@ -5,12 +5,14 @@
 A private Redis is filled the way Hookline fills it, through the store's own writes (so every
 index a page reads is there): ``--endpoints`` endpoints over ``APPS`` applications, the
 ``--dead-letters`` spread over them, their reasons and the last week, in transactions of
-``BATCH`` entries; a few thousand scheduled retries; audit entries and a day of per-minute
-stats. Then each console page is asked for ``--requests`` times (after two requests not timed)
-through werkzeug's test client against the standalone application, signed in with basic auth:
-the whole WSGI answer (authorization, the service's reads, the template) but no network.
+``BATCH`` entries; a few thousand scheduled retries; ``OPEN_BREAKERS`` open breakers; audit
+entries and a day of per-minute stats. Then each console page is asked for ``--requests``
+times (after two requests not timed) through werkzeug's test client against the standalone
+application, signed in with basic auth: the whole WSGI answer (authorization, the service's
+reads, the template) but no network.
 Reported: p50, p95 and the slowest answer per page, each page's verdict against
-``TARGET_MS``, and the machine. Writes ``bench/results/console.json``.
+``TARGET_MS``, and the machine; and ``hookline stats``' full data (every endpoint and breaker,
+not a page: timed, not held to the target). Writes ``bench/results/console.json``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ APPS = 20
 BATCH = 1000
 #: Scheduled retries parked over the first endpoints.
 RETRIES = 2000
+#: Endpoints whose breaker is seeded open: every 40th of the first 200 (with retries) and
+#: every 500th of the rest (open with nothing waiting: the overview's sample misses them).
+OPEN_BREAKERS = 25
 #: Audit entries written.
 AUDIT_ENTRIES = 2000
 #: Minutes of per-minute stats written (a day).
@@ -59,6 +64,8 @@ class Seeded:
     endpoint_id: str
     app_id: str
     event_id: str
+    #: The endpoint ``event_id`` was dead-lettered at (found once, by a full search).
+    event_endpoint: str
     since: float
     until: float
 
@@ -124,6 +131,23 @@ def seed_retries(endpoint_ids: list[str]) -> None:
                       message=message, last_status=503, last_error="503 Service Unavailable")
 
 
+def seed_breakers(endpoint_ids: list[str]) -> list[str]:
+    """Open the breakers of some endpoints (an hour's cooldown), as settle.lua writes them;
+    returns their ids."""
+    from hookline.store import connection as store
+    from hookline.store import keys
+
+    opened = [*endpoint_ids[:200:40], *endpoint_ids[200::500]][:OPEN_BREAKERS]
+    now_ms = int(store.redis_time(store.client()) * 1000)
+    pipe = store.client().pipeline(transaction=False)
+    for endpoint_id in opened:
+        pipe.hset(keys.breaker_key(endpoint_id), mapping={
+            "state": "open", "failures": 5, "cooldown_ms": 3_600_000,
+            "open_until": now_ms + 3_600_000, "opened_at": now_ms})
+    pipe.execute()
+    return opened
+
+
 def seed_audit_and_stats(endpoint_ids: list[str], now: float) -> None:
     from hookline.service import audit
     from hookline.service.actor import Actor
@@ -155,14 +179,18 @@ def seed(options: argparse.Namespace) -> tuple[Seeded, dict[str, float]]:
     seconds["dead_letters"] = time.monotonic() - started
     started = time.monotonic()
     seed_retries(endpoint_ids)
+    seed_breakers(endpoint_ids)
     seed_audit_and_stats(endpoint_ids, now)
     seconds["retries_audit_stats"] = time.monotonic() - started
     from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.events import EventView
 
     middle = options.dead_letters // 2
     letter = DeadLetterQueue().find(limit=1)[0]
-    seeded = Seeded(endpoint_id=letter.endpoint_id, app_id="app-07",
-                    event_id=f"evt-{middle:06d}", since=now - 2 * 86400, until=now - 86400)
+    event_id = f"evt-{middle:06d}"
+    seeded = Seeded(endpoint_id=letter.endpoint_id, app_id="app-07", event_id=event_id,
+                    event_endpoint=EventView().endpoints_of(event_id)[0],
+                    since=now - 2 * 86400, until=now - 86400)
     return seeded, {part: round(value, 1) for part, value in seconds.items()}
 
 
@@ -183,11 +211,15 @@ def page_urls(console: Any, seeded: Seeded) -> dict[str, str]:
         built[name] = url
 
     add("overview", "overview.overview")
+    add("overview figures (its refresh)", "overview.overview_fragment")
+    add("applications", "endpoints.app_list")
     add("endpoints", "endpoints.endpoint_list")
     add("endpoints of an application", "endpoints.endpoint_list", {"app": seeded.app_id})
     add("endpoints by search", "endpoints.endpoint_list", {"search": "ep-0999"})
     add("endpoint health", "endpoints.endpoint_show", endpoint_id=seeded.endpoint_id)
     add("event search", "events.event_search", {"event_id": seeded.event_id})
+    add("event at its endpoint", "events.event_search",
+        {"event_id": seeded.event_id, "endpoint": seeded.event_endpoint})
     add("dead letters", "dead_letters.letter_list")
     add("dead letters of an endpoint", "dead_letters.letter_list",
         {"endpoint": seeded.endpoint_id})
@@ -211,9 +243,13 @@ def timed(get: Callable[[str], Any], url: str, requests: int) -> dict[str, Any]:
         samples.append((time.perf_counter() - started) * 1000)
     samples.sort()
     p95 = samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))]
-    return {"url": url, "status": response.status_code, "bytes": len(response.data),
+    answer = {"url": url, "status": response.status_code, "bytes": len(response.data),
             "p50_ms": round(statistics.median(samples), 1), "p95_ms": round(p95, 1),
             "max_ms": round(samples[-1], 1), "within_target": p95 <= TARGET_MS}
+    if b'id="event-report"' in response.data:  # an event page: did its search finish?
+        answer["search_complete"] = b'id="event-search-incomplete"' not in response.data
+        answer["found"] = b'data-found="true"' in response.data
+    return answer
 
 
 def time_pages(app: Any, urls: dict[str, str], requests: int) -> dict[str, Any]:
@@ -237,6 +273,21 @@ def time_pages(app: Any, urls: dict[str, str], requests: int) -> dict[str, Any]:
     return pages
 
 
+def time_cli_stats(requests: int) -> dict[str, Any]:
+    """``hookline stats``' data (``stats_report``: every endpoint and, pipelined, every
+    breaker): not a page, so not held to the target, but timed at the same scale."""
+    from hookline.cli.stats import stats_report
+
+    samples = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        report, _rows = stats_report()
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    return {"p50_ms": round(statistics.median(samples), 1), "max_ms": round(samples[-1], 1),
+            "endpoints": report["endpoints"]["total"], "breakers_listed": len(report["breakers"])}
+
+
 def standalone() -> Any:
     """The standalone console (what ``hookline console`` serves), the bench's operator its
     only user."""
@@ -254,13 +305,15 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         # The session-cookie middleware wraps the console, whose routes build the URLs.
         urls = page_urls(getattr(app, "app", app), seeded)
         pages = time_pages(app, urls, options.requests)
+        cli_stats = time_cli_stats(max(3, options.requests // 10))
         memory = client.info("memory")["used_memory_human"]
         timed_pages = [page for page in pages.values() if "p95_ms" in page]
         return {"machine": machine(client), "target_ms": TARGET_MS,
                 "endpoints": options.endpoints, "dead_letters": options.dead_letters,
                 "retries": RETRIES, "audit_entries": AUDIT_ENTRIES,
                 "requests_per_page": options.requests, "seed_seconds": seed_seconds,
-                "redis_memory": memory, "pages": pages,
+                "redis_memory": memory, "open_breakers": OPEN_BREAKERS, "pages": pages,
+                "cli_stats": cli_stats,
                 "all_within_target": bool(timed_pages) and all(
                     page["within_target"] and page["status"] == 200 for page in timed_pages)}
 
@@ -280,6 +333,9 @@ def report(result: dict[str, Any]) -> str:
                      f"{page['max_ms']} | {verdict} |")
     lines.append("all pages within target" if result["all_within_target"]
                  else "NOT all pages within target")
+    cli = result["cli_stats"]
+    lines.append(f"hookline stats (every endpoint and breaker): p50 {cli['p50_ms']} ms, "
+                 f"max {cli['max_ms']} ms, {cli['breakers_listed']} breakers listed")
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ All a web process needs::
     hookline.send_webhook("shop-42", "order.created", {"order": 1234})   # checked, then queued
     hookline.deliver.delay("shop-42", "order.created", {"order": 1234})  # queued as it is
     hookline.publish("acme", "order.created", {"order": 1234})  # every subscribed endpoint
+    hookline.portal_link("acme", ttl=3600)  # a signed, expiring link to acme's tenant portal
 
 Both publish the task ``hookline.deliver`` by name on Hookline's own Celery instance, which is
 never the process's current app. Workers run ``celery -A hookline.worker worker``. Settings
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from hookline.api.publishing import PublishedEventConflict, SchemaViolation, publish
     from hookline.core.errors import HooklineError
     from hookline.delivery.publisher import deliver
+    from hookline.service.portal import portal_link
 
 _LAZY = {
     "send_webhook": "hookline.api.enqueue",
@@ -37,10 +39,12 @@ _LAZY = {
     "publish": "hookline.api.publishing",
     "PublishedEventConflict": "hookline.api.publishing",
     "SchemaViolation": "hookline.api.publishing",
+    "portal_link": "hookline.service.portal",
 }
 
 __all__ = ["EventIdConflict", "HooklineError", "PublishedEventConflict", "SchemaViolation",
-           "WebhookInputError", "__version__", "deliver", "publish", "send_webhook"]
+           "WebhookInputError", "__version__", "deliver", "portal_link", "publish",
+           "send_webhook"]
 
 
 def __getattr__(name: str) -> Any:

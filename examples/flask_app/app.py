@@ -6,10 +6,15 @@
          -d '{"customer": "ada", "total": "9.99"}'
 
 docker-compose runs it as the ``web`` service. Orders live in memory: the point is the webhook.
+
+The Hookline console is mounted under /hookline/ behind a basic sign-in of the shop's own
+(``authorize`` below): ``SHOP_CONSOLE_OPERATOR=user:password`` may act,
+``SHOP_CONSOLE_VIEWER=user:password`` may only look; with neither nobody gets in.
 """
 
 from __future__ import annotations
 
+import hmac
 import itertools
 import os
 import threading
@@ -17,11 +22,12 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from flask import Flask, current_app, jsonify, request
+from flask import Flask, Request, Response, abort, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from hookline import WebhookInputError
 from hookline.contrib.flask import Hookline
+from hookline.contrib.flask_console import console_blueprint
 
 hookline = Hookline()
 
@@ -46,12 +52,44 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     settings come from the environment (``REDIS_URL``, ``HOOKLINE_*``), as in the worker."""
     app = Flask(__name__)
     app.config["ORDERS_WEBHOOK_ENDPOINT"] = os.environ.get("ORDERS_WEBHOOK_ENDPOINT", "orders")
+    app.config["CONSOLE_OPERATOR"] = os.environ.get("SHOP_CONSOLE_OPERATOR", "")
+    app.config["CONSOLE_VIEWER"] = os.environ.get("SHOP_CONSOLE_VIEWER", "")
     app.config.update(config or {})
     hookline.init_app(app)
     app.extensions["orders"] = OrderBook()
     app.add_url_rule("/orders", view_func=create_order, methods=["POST"])
     app.add_url_rule("/health", view_func=health, methods=["GET"])
+    app.register_blueprint(console_blueprint(authorize, user=console_user),
+                           url_prefix="/hookline")
     return app
+
+
+def _signed_in(req: Request) -> str | None:
+    """The role (``"act"``, ``"view"``) of the request's basic-auth user, None if unknown."""
+    given = req.authorization
+    if given is None or given.type != "basic":
+        return None
+    offered = f"{given.username}:{given.password}".encode()
+    for role, key in (("act", "CONSOLE_OPERATOR"), ("view", "CONSOLE_VIEWER")):
+        known = str(current_app.config[key]).encode()
+        if known and hmac.compare_digest(offered, known):
+            return role
+    return None
+
+
+def authorize(req: Request, action: str) -> bool:
+    """The console's hook: who is signed in may view; only the operator may act. Someone not
+    signed in gets the browser's sign-in prompt."""
+    role = _signed_in(req)
+    if role is None:
+        abort(Response("Sign in to the shop's console.\n", 401,
+                       {"WWW-Authenticate": 'Basic realm="shop console"'}))
+    return action == "view" or role == "act"
+
+
+def console_user(req: Request) -> str:
+    """The name the console's audit log keeps."""
+    return str(req.authorization.username if req.authorization else "")
 
 
 def create_order() -> ResponseReturnValue:

@@ -24,6 +24,7 @@ from hookline.cli.event import event
 from hookline.cli.metrics import metrics_command
 from hookline.cli.output import redacted, redis_failure
 from hookline.cli.params import JsonParam
+from hookline.cli.portal import portal_group
 from hookline.cli.schedule import releaser, schedule
 from hookline.cli.stats import stats
 from hookline.cli.worker import worker_command
@@ -79,6 +80,7 @@ main.add_command(app)
 main.add_command(publish_command)
 main.add_command(event_type)
 main.add_command(console_command)
+main.add_command(portal_group)
 
 
 # -- send -----------------------------------------------------------------------------------

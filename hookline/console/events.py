@@ -20,14 +20,15 @@ routes = Routes("events")
 @routes.get("/events")
 def event_search(visit: Visit) -> Response:
     """The search form; with ``?event_id=`` the event's report. ``?endpoint=`` looks at that
-    endpoint only (a direct read, no search through the keyspace)."""
+    endpoint only (a direct read, no search through the keyspace); without it the search
+    stops after ``SEARCH_SECONDS`` and the page says so."""
     query = {"event_id": visit.param("event_id"), "endpoint": visit.param("endpoint"),
              "app": visit.param("app")}
     report = None
     if query["event_id"]:
         report = events.find_event(visit.actor, query["event_id"],
                                    endpoint=query["endpoint"] or None,
-                                   app=query["app"] or None)
+                                   app=query["app"] or None, budget=events.SEARCH_SECONDS)
     return visit.render("events.html", query=query, report=report)
 
 

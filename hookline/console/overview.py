@@ -24,8 +24,8 @@ PAGE_SIZE = 50
 CHART_SPANS = {60: "hour", 360: "6 hours", 1440: "day"}
 #: The outcomes the chart draws first, in this order (each keeps its colour).
 CHART_OUTCOMES = ("delivered", "retry_scheduled", "dead_lettered", "deferred")
-#: Rows of each overview list (troubled breakers, throttled, busy endpoints) shown.
-OVERVIEW_ROWS = 20
+#: Breakers needing attention the overview lists.
+OVERVIEW_ROWS = service_stats.ATTENTION_ROWS
 
 
 # -- filters ---------------------------------------------------------------------------------
@@ -70,8 +70,9 @@ FILTERS = {"when": when, "percent": percent, "seconds": seconds, "endpoint_state
 
 @routes.get("/")
 def overview(visit: Visit) -> Response:
-    """What an operator asks first (``hookline stats``' screen); its figures refresh."""
-    return visit.render("overview.html", snapshot=service_stats.stats_snapshot(visit.actor),
+    """What an operator asks first; its figures refresh. Bounded whatever the number of
+    endpoints (``service.stats.overview``): ``hookline stats`` is the full screen."""
+    return visit.render("overview.html", overview=service_stats.overview(visit.actor),
                         most=OVERVIEW_ROWS)
 
 
@@ -79,7 +80,7 @@ def overview(visit: Visit) -> Response:
 def overview_fragment(visit: Visit) -> Response:
     """The overview's figures alone: the overview page refreshes itself with them."""
     return visit.render("_overview_figures.html",
-                        snapshot=service_stats.stats_snapshot(visit.actor), most=OVERVIEW_ROWS)
+                        overview=service_stats.overview(visit.actor), most=OVERVIEW_ROWS)
 
 
 @routes.get("/schedule")

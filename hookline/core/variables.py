@@ -305,6 +305,15 @@ CONSOLE = _group(
         "`'none'`", "space-separated CSP sources, e.g. `https://admin.example.com 'self'`"),
      "Pages allowed to embed the console in a frame (the CSP's `frame-ancestors`); "
      "`'none'`: no page may."),
+    ("HOOKLINE_PORTAL_URL", "", Described(
+        "(none)", "an http(s) URL, e.g. `https://hooks.example.com/portal`"),
+     "Where the tenant portal is served: the base of the links `hookline portal link` and "
+     "`hookline.portal_link` make (signed with `HOOKLINE_CONSOLE_SECRET_KEY`)."),
+    ("HOOKLINE_PORTAL_FRAME_ANCESTORS", "", Described(
+        "`'none'`", "space-separated CSP sources, e.g. `https://app.example.com`"),
+     "Pages allowed to embed the tenant portal in a frame (the CSP's `frame-ancestors`); "
+     "`'none'`: no page may. Another site's page needs the portal on https (its session "
+     "cookie is then `SameSite=None; Secure`)."),
 )
 
 #: Every variable, in the reference's order.

@@ -8,6 +8,7 @@ Public API::
     @dataclass(frozen=True)
     class AppDetail:   app: App; endpoints: list[EndpointSummary]
     list_apps(actor) -> list[AppListing]           # a scoped actor: its own only
+    apps_page(actor, *, cursor=None, limit=50) -> Page[AppListing]   # a face's, by id
     app_detail(actor, app_id) -> AppDetail         # NotFound out of scope
     add_app(actor, app_id, *, name=None, description=None) -> App      # unscoped only
     remove_app(actor, app_id) -> None              # refused while endpoints belong to it
@@ -26,9 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hookline.core.errors import InvalidField
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound, ReadOnly
 from hookline.service.endpoints import EndpointSummary, all_endpoints
+from hookline.service.pages import Page, bounded_limit
+from hookline.store import keys
 from hookline.store.apps import App, AppRegistry, UnknownApplication
 from hookline.store.catalog import EventCatalog, EventType
 
@@ -36,7 +40,8 @@ from hookline.store.catalog import EventCatalog, EventType
 @dataclass(frozen=True)
 class AppListing:
     app: App
-    #: How many endpoints belong to it (its index: one read per application).
+    #: How many endpoints belong to it: the size of its endpoint index (SCARD, no endpoint
+    #: read; one being moved to another application may count for a moment).
     endpoints: int
 
 
@@ -65,9 +70,41 @@ def _require_app(actor: Actor, registry: AppRegistry, app_id: str) -> App:
 
 
 def list_apps(actor: Actor) -> list[AppListing]:
+    """Every application in scope, by id (the CLI's listing, which prints them all)."""
     registry = AppRegistry()
-    apps = [item for item in registry.list() if actor.sees_app(item.id)]
-    return [AppListing(app=item, endpoints=len(registry.endpoint_ids(item.id))) for item in apps]
+    return _listings(registry, [item for item in registry.list() if actor.sees_app(item.id)])
+
+
+def apps_page(actor: Actor, *, cursor: str | None = None, limit: int = 50
+              ) -> Page[AppListing]:
+    """A page of the applications in scope, by id: the index of ids, then the page's own
+    records and counts only (a face's listing, whatever the number of applications)."""
+    registry = AppRegistry()
+    ids = sorted(app_id for app_id in registry.redis.smembers(keys.APP_INDEX)
+                 if actor.sees_app(app_id))
+    if cursor and not (cursor.isascii() and cursor.isdigit()):
+        raise InvalidField("cursor", f"cursor {cursor[:40]!r} is not a position")
+    start, limit = int(cursor or 0), bounded_limit(limit)
+    pipe = registry.redis.pipeline(transaction=False)
+    wanted = ids[start:start + limit]
+    for app_id in wanted:
+        pipe.hgetall(keys.app_key(app_id))
+    apps = [App.from_hash(app_id, data)
+            for app_id, data in zip(wanted, pipe.execute() if wanted else [], strict=True)
+            if data]
+    following = str(start + limit) if start + limit < len(ids) else None
+    return Page(items=_listings(registry, apps), next_cursor=following)
+
+
+def _listings(registry: AppRegistry, apps: list[App]) -> list[AppListing]:
+    """``apps`` with their endpoint counts, in one pipelined round trip."""
+    if not apps:
+        return []
+    pipe = registry.redis.pipeline(transaction=False)
+    for item in apps:
+        pipe.scard(keys.app_endpoints_key(item.id))
+    return [AppListing(app=item, endpoints=int(count))
+            for item, count in zip(apps, pipe.execute(), strict=True)]
 
 
 def app_detail(actor: Actor, app_id: str) -> AppDetail:

@@ -5,6 +5,8 @@ Public API::
 
     stats_snapshot(actor) -> StatsSnapshot      # endpoints, queues, schedule, dead letters,
                                                 # breakers, throttled, in flight, workers
+    overview(actor) -> Overview                 # the console's: bounded figures and a page
+                                                # of breakers needing attention (a sample)
     series(actor, *, minutes=60, now=None) -> list[MinuteOutcomes]   # oldest minute first
     queue_depths() -> dict[str, int]            # BrokerUnreachable when the broker fails
     class BrokerUnreachable(HooklineError)      # .variable, .url, .cause (a face words it)
@@ -28,19 +30,23 @@ from hookline.core.config import settings
 from hookline.core.errors import HooklineError
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.service.actor import Actor
-from hookline.service.endpoints import EndpointSummary, all_endpoints, breaker_statuses
+from hookline.service.endpoints import EndpointSummary, all_endpoints
 from hookline.service.schedule import schedule_stats
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.connection import redis_for
 from hookline.store.deadletter import DeadLetterQueue, DeadLetterStats
-from hookline.store.gates import BreakerStatus
+from hookline.store.gates import BreakerStatus, Gate
 from hookline.store.schedule import ScheduleStats
 from hookline.transport.liveness import registry
 from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
 
 #: The most minutes a series covers: the stats hashes live 48 hours.
 MAX_MINUTES = 48 * 60
+#: How many endpoints' breakers the overview reads: those with the most retries scheduled.
+ATTENTION_SAMPLE = 200
+#: The most breakers needing attention the overview lists.
+ATTENTION_ROWS = 20
 
 
 class BrokerUnreachable(HooklineError):
@@ -95,6 +101,26 @@ class MinuteOutcomes:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The console's overview: figures that cost the same at 10 or 10,000 endpoints, and a
+    page of breakers needing attention among the ``sampled`` endpoints with the most retries
+    scheduled. ``queues``, ``dead_letters`` and ``workers`` as in :class:`StatsSnapshot`."""
+
+    at: float
+    #: Endpoints registered (in scope): the index's size, no endpoint read.
+    endpoints: int
+    queues: dict[str, int] | None
+    schedule: ScheduleStats
+    dead_letters: DeadLetterStats | None
+    workers: dict[str, Any] | None
+    #: Breakers not closed or blocked among the sample, most retries first (at most a page).
+    attention: list[BreakerStatus]
+    #: How many endpoints' breakers were read for ``attention``.
+    sampled: int
+    redis_now: float = 0.0
 
 
 def needs_attention(status: BreakerStatus) -> bool:
@@ -190,7 +216,7 @@ def stats_snapshot(actor: Actor) -> StatsSnapshot:
     """What ``hookline stats`` shows (and the console's overview)."""
     endpoints = all_endpoints(actor)
     scoped = actor.app_scope is not None
-    troubled = [status for status in breaker_statuses([item.id for item in endpoints])
+    troubled = [status for status in Gate().breaker_statuses([item.id for item in endpoints])
                 if needs_attention(status)]
     return StatsSnapshot(
         at=round(time.time(), 3),
@@ -202,6 +228,52 @@ def stats_snapshot(actor: Actor) -> StatsSnapshot:
         queues=None if scoped else queue_depths(),
         in_flight=in_flight(endpoints),
         workers=None if scoped else workers_report(),
+        redis_now=store.redis_time(store.client()),
+    )
+
+
+def endpoint_count(actor: Actor) -> int:
+    """Endpoints registered in scope, from the size of their index (SCARD, no endpoint read;
+    an id indexed whose endpoint is being removed may count for a moment)."""
+    client = store.client()
+    if actor.app_scope is not None:
+        return int(client.scard(keys.app_endpoints_key(actor.app_scope)))
+    pipe = client.pipeline(transaction=False)
+    for index in keys.endpoint_index_keys(settings().state_shards):
+        pipe.scard(index)
+    return sum(int(n) for n in pipe.execute())
+
+
+def attention_sample(schedule: ScheduleStats, *, sample: int = ATTENTION_SAMPLE,
+                     rows: int = ATTENTION_ROWS) -> tuple[list[BreakerStatus], int]:
+    """Breakers needing attention among the ``sample`` endpoints with the most retries
+    scheduled, and how many were read. An endpoint whose breaker is open or that a Retry-After
+    holds back has its deliveries deferred into the schedule, so the endpoints in trouble
+    *now* are the ones with retries waiting: their breakers are read in one round trip,
+    whatever the number of endpoints. One in trouble with nothing to send is not in the
+    sample; ``hookline stats`` and the endpoints list read every breaker."""
+    ranked = sorted(schedule.by_endpoint.items(), key=lambda item: (-item[1], item[0]))
+    ids = [endpoint_id for endpoint_id, _ in ranked[:sample]]
+    troubled = [status for status in Gate().breaker_statuses(ids) if needs_attention(status)]
+    return troubled[:rows], len(ids)
+
+
+def overview(actor: Actor) -> Overview:
+    """The console's overview: queues, schedule, dead letters, workers, the endpoint count
+    and a page of breakers needing attention (:func:`attention_sample`); its cost does not
+    grow with the number of endpoints (the schedule's per-endpoint counters aside, one hash)."""
+    scoped = actor.app_scope is not None
+    schedule = schedule_stats(actor)
+    attention, sampled = attention_sample(schedule)
+    return Overview(
+        at=round(time.time(), 3),
+        endpoints=endpoint_count(actor),
+        queues=None if scoped else queue_depths(),
+        schedule=schedule,
+        dead_letters=None if scoped else DeadLetterQueue().stats(),
+        workers=None if scoped else workers_report(),
+        attention=attention,
+        sampled=sampled,
         redis_now=store.redis_time(store.client()),
     )
 

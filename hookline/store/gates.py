@@ -273,21 +273,45 @@ class Gate:
         """``now_ms``: Redis time (:meth:`redis_now_ms`), read here when not given."""
         data = self.redis.hgetall(keys.breaker_key(endpoint_id))
         now_ms = self.redis_now_ms() if now_ms is None else now_ms
+        return _breaker_status(endpoint_id, data, now_ms)
 
-        def future(field: str) -> float | None:
-            value = float(data.get(field) or 0)
-            return value / 1000.0 if value > now_ms else None
-
-        return BreakerStatus(
-            endpoint_id=endpoint_id,
-            state=data.get("state", "closed"),
-            failures=int(data.get("failures") or 0),
-            open_until=future("open_until"),
-            blocked_until=future("blocked_until"),
-            cooldown=float(data.get("cooldown_ms") or 0) / 1000.0,
-        )
+    def breaker_statuses(self, endpoint_ids: list[str], *,
+                         now_ms: int | None = None) -> list[BreakerStatus]:
+        """The breakers of ``endpoint_ids`` in their order, read in one pipelined round trip
+        (a breaker each, its own fields only) against one Redis time: a listing of thousands
+        of endpoints costs one wait for Redis, not one per endpoint."""
+        if not endpoint_ids:
+            return []
+        now_ms = self.redis_now_ms() if now_ms is None else now_ms
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in endpoint_ids:
+            pipe.hmget(keys.breaker_key(endpoint_id), STATUS_FIELDS)
+        return [_breaker_status(endpoint_id, dict(zip(STATUS_FIELDS, values, strict=True)),
+                                now_ms)
+                for endpoint_id, values in zip(endpoint_ids, pipe.execute(), strict=True)]
 
     def reset_breaker(self, endpoint_id: str) -> None:
         """Close the breaker and lift any Retry-After block: the operator vouches for it. The
         rate limiter's fields in the same hash stay: a reset grants no extra burst."""
         self.redis.hdel(keys.breaker_key(endpoint_id), *BREAKER_FIELDS)
+
+
+#: The fields a :class:`BreakerStatus` is made of.
+STATUS_FIELDS = ("state", "failures", "open_until", "blocked_until", "cooldown_ms")
+
+
+def _breaker_status(endpoint_id: str, data: dict[str, Any], now_ms: int) -> BreakerStatus:
+    """A breaker's status from its hash's fields (a missing one: None or absent)."""
+
+    def future(field: str) -> float | None:
+        value = float(data.get(field) or 0)
+        return value / 1000.0 if value > now_ms else None
+
+    return BreakerStatus(
+        endpoint_id=endpoint_id,
+        state=data.get("state") or "closed",
+        failures=int(data.get("failures") or 0),
+        open_until=future("open_until"),
+        blocked_until=future("blocked_until"),
+        cooldown=float(data.get("cooldown_ms") or 0) / 1000.0,
+    )

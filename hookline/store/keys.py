@@ -398,3 +398,22 @@ def replay_job_skipped_key(job_id: str) -> str:
     """The entry ids the job did not replay: gone or dead-lettered again since the snapshot,
     not a valid event, or the retry schedule full (a set)."""
     return f"hookline:{{replay_job:{job_id}}}:skipped"
+
+
+# -- portal links (hookline.service.portal; hash tag: the portal, so one MGET checks both) --
+
+#: Longest life of a portal link, seconds; a revocation is kept this long (then every link it
+#: could refuse has expired by itself).
+PORTAL_MAX_TTL = 30 * 86400
+
+
+def portal_revoked_link_key(link_id: str) -> str:
+    """Present: the portal link ``link_id`` is revoked (a string, expiring after
+    :data:`PORTAL_MAX_TTL`)."""
+    return f"hookline:{{portal}}:revoked:{link_id}"
+
+
+def portal_revoked_app_key(app_id: str) -> str:
+    """The Unix time before which every portal link to ``app_id`` is refused (a string,
+    expiring after :data:`PORTAL_MAX_TTL`)."""
+    return f"hookline:{{portal}}:revoked_app:{app_id}"

@@ -25,6 +25,7 @@ import redis
 
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.schedule import RetrySchedule
 
 #: A job's states; every state but ``running`` is final.
 STATES = ("running", "cancelled", "done", "failed")
@@ -32,6 +33,15 @@ STATES = ("running", "cancelled", "done", "failed")
 FINISHED_TTL = 7 * 86400
 #: Snapshot entries written per RPUSH.
 WRITE_CHUNK = 1000
+#: The retry schedule's stand-in "endpoint" for the jobs' next runs, parked there while a
+#: job waits for its next batch (``hookline.delivery.replay_job``): ``~`` is not allowed in
+#: an endpoint id, so no real endpoint's retries share its index, its count or its retry ids.
+CONTINUATIONS = "~replay-jobs"
+
+
+def next_run_id(job_id: str) -> str:
+    """The retry id a job's parked next run has in the schedule (one per job)."""
+    return f"{CONTINUATIONS}/{job_id}"
 #: Times a lease or state change is tried again when the record changed under it.
 ATTEMPTS = 20
 
@@ -167,8 +177,12 @@ class ReplayJobs:
         pipe.execute()
 
     def cancel(self, job_id: str) -> bool:
-        """Mark a running job cancelled; False when it had finished already."""
-        return self._finish(job_id, "cancelled", "")
+        """Mark a running job cancelled and take its parked next run out of the schedule
+        (one released meanwhile finds the job cancelled); False when it had finished."""
+        if not self._finish(job_id, "cancelled", ""):
+            return False
+        RetrySchedule(self.redis).unpark([next_run_id(job_id)])
+        return True
 
     def finish(self, job_id: str, state: str = "done", detail: str = "") -> bool:
         """Mark a running job ``state`` (a cancel that came first stays)."""
@@ -218,6 +232,11 @@ class ReplayJobs:
                 except redis.WatchError:
                     continue
         return seconds
+
+    def release_lease(self, job_id: str, runner: str) -> None:
+        """Give up ``runner``'s lease (if it still holds it) so that the job's next run,
+        parked until its next batch is due, takes it at once rather than waiting it out."""
+        self.take_lease(job_id, runner, -1.0)
 
 
 def _text(value: Any) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
@@ -23,6 +23,8 @@ import redis
 from tests.conftest import ROOT
 from tests.support.browser import (
     ADMIN,
+    PORTAL_KEY,
+    PORTAL_PATH,
     START_TIMEOUT,
     Browser,
     ConsoleRedis,
@@ -48,7 +50,9 @@ def console_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleR
 
 @pytest.fixture(scope="session")
 def console_server(console_redis: ConsoleRedis) -> Iterator[ConsoleServer]:
-    server = ConsoleServer(console_redis.url, ROOT / ".pytest-browser-console.log")
+    # With a secret key, the same process serves the tenant portal under /portal.
+    server = ConsoleServer(console_redis.url, ROOT / ".pytest-browser-console.log",
+                           HOOKLINE_CONSOLE_SECRET_KEY=PORTAL_KEY)
     yield server
     server.stop()
 
@@ -89,6 +93,33 @@ def chromium(console_server: ConsoleServer) -> Iterator[Browser]:
 def browser(chromium: Browser) -> Iterator[Browser]:
     """The session's Chromium, signed in as the admin, its cookies cleared after the test."""
     chromium.sign_in(ADMIN)
+    yield chromium
+    chromium.driver.delete_all_cookies()
+    chromium.sign_in(ADMIN)
+
+
+@pytest.fixture
+def portal_link(console_server: ConsoleServer,
+                monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Makes a link to an application's portal on the served console, signed with the
+    server's key: ``portal_link("app-a", read_only=True)``."""
+    from hookline.service import portal
+
+    monkeypatch.setenv("HOOKLINE_CONSOLE_SECRET_KEY", PORTAL_KEY)
+
+    def make(app_id: str, *, read_only: bool = False) -> str:
+        return portal.portal_link(app_id, read_only=read_only,
+                                  base_url=console_server.url + PORTAL_PATH)
+
+    return make
+
+
+@pytest.fixture
+def tenant(chromium: Browser) -> Iterator[Browser]:
+    """The session's Chromium with no console credentials (a tenant has only its link), its
+    cookies cleared after the test."""
+    chromium.driver.delete_all_cookies()
+    chromium.sign_in(None)
     yield chromium
     chromium.driver.delete_all_cookies()
     chromium.sign_in(ADMIN)

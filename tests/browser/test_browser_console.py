@@ -79,13 +79,13 @@ def test_pause_and_resume_from_the_endpoint_page_are_done_and_audited(
     health = browser.by_id("endpoint-health")
     assert health.get_attribute("data-paused") == "false"
 
-    browser.css("form[data-action='pause'] button")[0].click()
-    browser.wait(lambda page: page.css("#notice"))
-    assert "paused" in browser.by_id("notice").text
-    assert browser.by_id("endpoint-health").get_attribute("data-paused") == "true"
+    browser.click("form[data-action='pause'] button")
+    browser.wait(lambda page: "paused" in page.by_id("notice").text)
+    browser.wait(lambda page: page.by_id("endpoint-health").get_attribute("data-paused")
+                 == "true")
     assert paused(endpoint_id)
 
-    browser.css("form[data-action='resume'] button")[0].click()
+    browser.click("form[data-action='resume'] button")
     browser.wait(lambda page: page.by_id("endpoint-health").get_attribute("data-paused")
                  == "false")
     assert not paused(endpoint_id)
@@ -153,7 +153,7 @@ def test_replay_of_a_dead_letter_delivers_it_again_with_its_webhook_id(
     rows = browser.css("#dead-letter-list [data-entry-id]")
     assert [row.get_attribute("data-entry-id") for row in rows] == [f"{endpoint_id}/{event_id}"]
     browser.js("window.confirm = () => true;")
-    browser.css("form[data-action='replay-dead-letter'] button")[0].click()
+    browser.click("form[data-action='replay-dead-letter'] button")
     browser.wait(lambda page: page.css("#notice"))
 
     assert receiver.wait_for(lambda received: any(
@@ -186,9 +186,8 @@ def test_bulk_replay_shows_its_progress_and_delivers_each_letter_once(
     browser.open(console_path("dead_letters.bulk_confirm", {"endpoint": endpoint_id}))
     assert browser.by_id("bulk-count").text == str(BULK)  # the dry run: affects N
     browser.js("window.confirm = () => true;")
-    browser.css("form[data-action='start-bulk-replay'] button")[0].click()
-    browser.wait(lambda page: page.css("#bulk-job"))
-    assert browser.by_id("bulk-job").get_attribute("data-total") == str(BULK)
+    browser.click("form[data-action='start-bulk-replay'] button")
+    browser.wait(lambda page: page.by_id("bulk-job").get_attribute("data-total") == str(BULK))
     browser.js("window.__same_page = 1;")  # gone if the page reloaded instead of refreshing
 
     seen: list[int] = []

@@ -1,22 +1,30 @@
 """The bulk replay job with the session worker and a real receiver: 500 dead letters replayed,
 each delivered once under its own webhook-id and within its endpoint's rate limit, progress
 reaching the total; a cancel stops the rest, which stays in the dead-letter queue. (A worker
-killed in the middle: tests/faults/test_bulk_replay_crash.py.)"""
+killed in the middle: tests/faults/test_bulk_replay_crash.py.) Between two batches the job's
+task has ended, its next run parked in the retry schedule: it holds no worker slot."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from examples.receiver import Receiver, Reply, always
+from hookline.delivery.replay_job import REPLAY_JOB_TASK_NAME
 from hookline.service import dead_letters, replay_jobs
 from hookline.service.actor import Actor
 from hookline.service.dead_letters import DeadLetterQuery
+from hookline.store import connection as store
+from hookline.store import keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
+from hookline.store.replay_jobs import CONTINUATIONS, ReplayJobs, next_run_id
+from hookline.store.schedule import RetrySchedule
+from hookline.transport.records import KOMBU_UNACKED_KEY, records_key
 from tests.conftest import wait_until
 
 OPERATOR = Actor("alice", "console:test")
@@ -94,3 +102,40 @@ def test_a_cancelled_bulk_replay_stops_and_leaves_the_rest_in_the_queue(
     assert sum(got.values()) == stopped.replayed and max(got.values()) == 1
     remaining = {entry.event_id for entry in dead_letters.find(OPERATOR, query)}
     assert remaining | set(got) == event_ids and not remaining & set(got)
+
+
+def replay_job_messages_held(client: Any) -> int:
+    """Messages of the bulk replay task a worker holds (taken, not yet acknowledged): in the
+    records set beside kombu's ``unacked`` hash, and in the hash itself."""
+    held = [member for member in client.zrange(records_key(KOMBU_UNACKED_KEY), 0, -1)]
+    held += list(client.hvals(KOMBU_UNACKED_KEY))
+    return sum(1 for item in held if REPLAY_JOB_TASK_NAME in str(item))
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_waiting_bulk_replay_holds_no_worker_slot(receiver: Receiver) -> None:
+    """Between two batches the job's task has ended: no worker holds its message, the job's
+    lease is free, and its next run waits in the retry schedule (not in a worker)."""
+    events = endpoints_with_letters(receiver, 1, 60, "5/s")  # 12 s: batches 5 s apart
+    (endpoint_id, event_ids), = events.items()
+    job_id = replay_jobs.start_bulk_replay(OPERATOR, DeadLetterQuery(endpoint=endpoint_id))
+    wait_until(lambda: replay_jobs.job(OPERATOR, job_id).replayed > 0, timeout=20)
+    client, jobs, schedule = store.client(), ReplayJobs(), RetrySchedule()
+    samples = []
+    for _ in range(12):  # about 3 s of a 5 s wait between two batches
+        if replay_jobs.job(OPERATOR, job_id).finished:
+            break
+        parked = {retry.id for retry in schedule.scheduled(CONTINUATIONS)}
+        lease_until = float(jobs.redis.hget(keys.replay_job_key(job_id), "lease_until") or 0)
+        samples.append((replay_job_messages_held(client), next_run_id(job_id) in parked,
+                        lease_until <= time.time()))
+        time.sleep(0.25)
+    waiting = [sample for sample in samples if sample == (0, True, True)]
+    assert len(waiting) >= len(samples) - 2 and len(samples) >= 8, samples
+    done = wait_until(lambda: (job := replay_jobs.job(OPERATOR, job_id)).finished and job,
+                      timeout=40, what=lambda: replay_jobs.job(OPERATOR, job_id))
+    assert (done.state, done.replayed) == ("done", 60)
+    assert next_run_id(job_id) not in {retry.id for retry in schedule.scheduled(CONTINUATIONS)}
+    wait_until(lambda: len(arrivals(receiver, endpoint_id)) >= 60, timeout=30)
+    assert Counter(webhook_id for webhook_id, _ in arrivals(receiver, endpoint_id)) == Counter(
+        event_ids)

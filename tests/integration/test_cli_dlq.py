@@ -398,10 +398,14 @@ def test_a_throttled_replay_reaches_the_receiver_spread_over_time(receiver: Rece
 
 @pytest.fixture
 def retention(monkeypatch: pytest.MonkeyPatch) -> float:
-    """A one-day retention for ``hookline dlq trim`` and the automatic trim."""
+    """A one-day retention for ``hookline dlq trim``. The automatic trim (at most once a
+    minute per process, when a dead letter is added) is kept out: whether it is due depends on
+    what ran before in this process, and it has tests of its own
+    (tests/store/test_deadletter.py)."""
     one_day = dataclasses.replace(settings(), dlq_retention=86400.0)
     for module in (hookline.store.deadletter, hookline.cli.dlq):
         monkeypatch.setattr(module, "settings", lambda: one_day)
+    monkeypatch.setattr(hookline.store.deadletter._auto_trim, "due", lambda: False)
     return 86400.0
 
 

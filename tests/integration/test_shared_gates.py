@@ -77,7 +77,10 @@ def test_open_breaker_stops_requests_then_lets_exactly_one_probe(receiver, start
     # Redis times here are whole milliseconds, truncated: the probe's arrival can read up to
     # 1 ms later than the reopening it caused.
     probes = [t for t in times if first_open_until <= t <= reopened_at + 0.001]
-    assert len(probes) == 1, f"{len(probes)} probes during the half-open period"
+    assert len(probes) == 1, (
+        f"{len(probes)} probes during the half-open period; requests at "
+        f"{[round(t - opened_at, 3) for t in times]}s after the opening, open until "
+        f"+{first_open_until - opened_at:.3f}s, reopened at +{reopened_at - opened_at:.3f}s")
 
 
 def test_deferred_events_keep_their_attempt_count(receiver, worker):

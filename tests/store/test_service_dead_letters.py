@@ -20,7 +20,7 @@ from hookline.service.dead_letters import DeadLetterQuery, InvalidQuery
 from hookline.store.apps import AppRegistry
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
-from hookline.store.replay_jobs import ReplayJobs
+from hookline.store.replay_jobs import CONTINUATIONS, ReplayJobs, next_run_id
 from hookline.store.schedule import RetrySchedule
 
 OPERATOR = Actor("alice", "session-1")
@@ -233,6 +233,32 @@ def test_a_job_run_again_after_a_crash_replays_no_entry_twice(letters, queued, m
     progress = replay_jobs.job(OPERATOR, job_id)
     assert (progress.replayed, progress.skipped, progress.total) == (30, 0, 30)
     assert dead_letters.count(OPERATOR, DeadLetterQuery(endpoint="ep-a2")) == 0
+
+
+def test_a_job_waiting_for_its_next_batch_parks_its_next_run_and_ends(letters, queued
+                                                                      ) -> None:
+    """The run never sleeps: the next run waits in the retry schedule, the lease is free,
+    and a cancel takes the next run out."""
+    job_id = replay_jobs.start_bulk_replay(OPERATOR, DeadLetterQuery(endpoint="ep-a1"),
+                                           rate="1/s")  # 30 entries, 30 s
+    slept: list[float] = []
+    started = time.monotonic()
+    assert JobRunner(job_id, sleep=slept.append).run() == "waiting"
+    assert slept == [] and time.monotonic() - started < 2
+    progress = replay_jobs.job(OPERATOR, job_id)
+    assert (progress.state, progress.replayed) == ("running", 6)  # due at 0 to 5 s
+    schedule = RetrySchedule()
+    nexts = list(schedule.scheduled(CONTINUATIONS))
+    assert [retry.id for retry in nexts] == [next_run_id(job_id)]
+    due = progress.started_at + 6.0 - 5.0  # the next batch's first, less the look ahead
+    assert abs(nexts[0].due - due) < 0.5
+    assert ReplayJobs().take_lease(job_id, "another", 1) == 0  # given up
+    ReplayJobs().take_lease(job_id, "another", -1)
+    assert JobRunner(job_id, sleep=slept.append).run() == "waiting"  # not due yet
+    assert len([retry for retry in schedule.scheduled(CONTINUATIONS)]) == 1  # replaced itself
+    assert replay_jobs.cancel(OPERATOR, job_id).state == "cancelled"
+    assert list(schedule.scheduled(CONTINUATIONS)) == []
+    assert JobRunner(job_id, sleep=slept.append).run() == "cancelled" and slept == []
 
 
 def test_a_cancelled_job_stops_and_another_runners_lease_is_respected(letters, queued) -> None:

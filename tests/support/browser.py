@@ -94,6 +94,10 @@ class ConsoleRedis:
 #: Who signs in: a user with full rights and a read-only viewer (passwords random per run).
 ADMIN = ("admin", secrets.token_urlsafe(12))
 VIEWER = ("viewer", secrets.token_urlsafe(12))
+#: The key the console signs portal links with (random per run): with it, ``hookline console``
+#: serves the tenant portal under :data:`PORTAL_PATH` too.
+PORTAL_KEY = secrets.token_urlsafe(32)
+PORTAL_PATH = "/portal"
 
 
 def server_environment(redis_url: str, **extra: str) -> dict[str, str]:
@@ -110,14 +114,14 @@ class ConsoleServer:
     """``hookline console`` in a subprocess, its log in ``log_path``; :attr:`url` is its base
     URL (no credentials)."""
 
-    def __init__(self, redis_url: str, log_path: Path) -> None:
+    def __init__(self, redis_url: str, log_path: Path, **extra_env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         env = server_environment(
             redis_url,
             HOOKLINE_CONSOLE_BASIC_AUTH=":".join(ADMIN),
-            HOOKLINE_CONSOLE_VIEWERS=":".join(VIEWER))
+            HOOKLINE_CONSOLE_VIEWERS=":".join(VIEWER), **extra_env)
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", "from hookline.cli import main; main()", "console",
@@ -243,9 +247,36 @@ class Browser:
         return list(self.driver.find_elements("css selector", selector))
 
     def wait(self, condition: Any, timeout: float = 10.0, what: Any = None) -> Any:
-        return wait_until(lambda: condition(self), timeout=timeout, interval=0.1,
+        """Poll ``condition(self)`` until it holds. A part of the page that refreshes itself
+        (``data-refresh``) is replaced while it is read: an element found just before is then
+        stale, which means "look again", not a failure."""
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+        )
+
+        def holds() -> Any:
+            try:
+                return condition(self)
+            except (StaleElementReferenceException, NoSuchElementException):
+                return False
+
+        return wait_until(holds, timeout=timeout, interval=0.1,
                           what=what or (lambda: f"page {self.driver.current_url}:\n"
                                                 f"{self.text[:2000]}"))
+
+    def click(self, selector: str, timeout: float = 10.0) -> None:
+        """Click the first element matching ``selector``, finding it again if the page
+        replaced it meanwhile (see :meth:`wait`)."""
+
+        def clicked(page: Browser) -> bool:
+            found = page.css(selector)
+            if not found:
+                return False
+            found[0].click()
+            return True
+
+        self.wait(clicked, timeout=timeout)
 
     def xss_marker(self) -> Any:
         """``window.__xss``: set only if a stored payload ran."""

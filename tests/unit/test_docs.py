@@ -246,8 +246,10 @@ def _unresolved(dotted: str) -> str | None:
     return None
 
 
-#: Django system check ids (``hookline.E001``, hookline/contrib/django/apps.py): dotted, no module.
-DJANGO_CHECK_ID = re.compile(r"hookline\.[EW]\d{3}")
+#: Django names that are no module: system check ids (``hookline.E001``,
+#: hookline/contrib/django/apps.py) and permissions (``hookline.view_console``,
+#: hookline/contrib/django/models.py).
+DJANGO_CHECK_ID = re.compile(r"hookline\.(?:[EW]\d{3}|view_console|act_console)")
 
 
 def _wire_names() -> set[str]:

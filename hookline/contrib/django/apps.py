@@ -10,11 +10,15 @@ from django.core.exceptions import ImproperlyConfigured
 
 
 class HooklineConfig(AppConfig):
-    """Checks Hookline's environment settings with Django's system checks."""
+    """Checks Hookline's environment settings with Django's system checks; holds the console's
+    permissions (:mod:`hookline.contrib.django.models`)."""
 
     name = "hookline.contrib.django"
     label = "hookline"
     verbose_name = "Hookline webhooks"
+    #: The console's permission model keeps this key type whatever the host's
+    #: DEFAULT_AUTO_FIELD, so the host's makemigrations never finds a change to make.
+    default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
         checks.register(check_settings)
