@@ -36,7 +36,7 @@ def letter(endpoint_id: str, n: int, reason: str = "exhausted", status: int = 50
 
 
 @pytest.fixture
-def letters(redis_client) -> DeadLetterQueue:
+def letters(quiet_redis) -> DeadLetterQueue:
     """app-a owns ep-a1 and ep-a2, app-b owns ep-b; 30 letters each, mixed reasons."""
     apps, registry = AppRegistry(), EndpointRegistry()
     for app, endpoints in (("app-a", ["ep-a1", "ep-a2"]), ("app-b", ["ep-b"])):

@@ -16,21 +16,21 @@ from hookline.store.schedule import RetrySchedule
 ALICE = Actor(name="alice", session="s")
 
 
-def seed(redis_client) -> None:
+def seed(quiet_redis) -> None:
     registry = EndpointRegistry()
     for endpoint_id in ("ep-a", "ep-b", "ep-c"):
         registry.add(endpoint_id, f"http://127.0.0.1:9/{endpoint_id}")
     DeadLetterQueue().add(DeadLetter("ep-a", "ev-1", "order.paid", {"n": 1}, "exhausted",
                                      attempts=3, dead_lettered_at=time.time()))
     RetrySchedule().park(endpoint_id="ep-b", event_id="ev-1", countdown=60, message="{}")
-    pipe = redis_client.pipeline(transaction=False)
+    pipe = quiet_redis.pipeline(transaction=False)
     for n in range(5000):  # keys the search looks through
         pipe.set(f"hookline:{{ep-x{n}}}:done:other-{n}", "1")
     pipe.execute()
 
 
-def test_an_event_is_found_at_every_endpoint_without_naming_one(redis_client) -> None:
-    seed(redis_client)
+def test_an_event_is_found_at_every_endpoint_without_naming_one(quiet_redis) -> None:
+    seed(quiet_redis)
     for budget in (None, 10.0):
         report = events.find_event(ALICE, "ev-1", budget=budget)
         assert report.complete and report.found
@@ -41,8 +41,8 @@ def test_an_event_is_found_at_every_endpoint_without_naming_one(redis_client) ->
     assert events.find_event(ALICE, "ev-404", budget=10.0).found is False
 
 
-def test_a_search_out_of_budget_stops_and_says_so(redis_client, monkeypatch) -> None:
-    seed(redis_client)
+def test_a_search_out_of_budget_stops_and_says_so(quiet_redis, monkeypatch) -> None:
+    seed(quiet_redis)
     monkeypatch.setattr(events, "SCAN_COUNT", 100)
     started = time.monotonic()
     report = events.find_event(ALICE, "ev-1", budget=0.0)

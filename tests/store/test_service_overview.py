@@ -60,7 +60,7 @@ def park(endpoint_id: str, count: int) -> None:
 
 
 @pytest.fixture
-def fleet(redis_client) -> list[str]:
+def fleet(quiet_redis) -> list[str]:
     """60 endpoints (20 of application ``shop``); the first 30 have 30 - n retries waiting;
     breakers open at ep-03, ep-10 (retries waiting) and ep-50 (none waiting)."""
     AppRegistry().add("shop")
