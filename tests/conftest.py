@@ -257,7 +257,9 @@ def published(redis_client: Any) -> Iterator[Publications]:
     after_task_publish.connect(publications.record, weak=False)
     yield publications
     after_task_publish.disconnect(publications.record)
-    publications.remove_from_broker(redis_client)
+    # The broker the messages went to: the test's own database when it switched to one
+    # (quiet_redis), else the session's.
+    publications.remove_from_broker(store.client())
 
 
 @pytest.fixture

@@ -56,9 +56,9 @@ def test_pages_of_a_small_index_cut_inside_one_scan_batch(quiet_redis):
 def test_pages_filter_by_application_and_search(quiet_redis):
     AppRegistry().add("shop")
     registry = EndpointRegistry()
-    registry.add("shop-orders", "https://o.example/hook", app="shop")
-    registry.add("shop-refunds", "https://r.example/hook", app="shop")
-    registry.add("crm-orders", "https://c.example/hook")
+    registry.add("shop-orders", "http://127.0.0.1:9/o/hook", app="shop")
+    registry.add("shop-refunds", "http://127.0.0.1:9/r/hook", app="shop")
+    registry.add("crm-orders", "http://127.0.0.1:9/c/hook")
     assert walked(ALICE, app="shop", limit=1) == ["shop-orders", "shop-refunds"]
     assert sorted(walked(ALICE, search="orders")) == ["crm-orders", "shop-orders"]
     assert walked(ALICE, search="*") == []  # a glob character is a character
@@ -71,7 +71,7 @@ def test_pages_filter_by_application_and_search(quiet_redis):
 
 def test_views_carry_no_secret_or_header_value(quiet_redis):
     added = endpoint_actions.add_endpoint(
-        ALICE, "shop", "https://shop.example/hook?token=t0ps3cret",
+        ALICE, "shop", "http://127.0.0.1:9/shop/hook?token=t0ps3cret",
         headers={"Authorization": "Bearer very-secret"})
     assert added.secret and added.secret.startswith("whsec_")
     health = endpoints.endpoint_health(ALICE, "shop")
@@ -88,7 +88,7 @@ def test_views_carry_no_secret_or_header_value(quiet_redis):
 
 
 def test_every_action_is_audited_with_who_and_which_session(quiet_redis):
-    endpoint_actions.add_endpoint(ALICE, "shop", "https://shop.example/hook")
+    endpoint_actions.add_endpoint(ALICE, "shop", "http://127.0.0.1:9/shop/hook")
     endpoint_actions.pause(ALICE, "shop")
     endpoint_actions.resume(ALICE, "shop")
     endpoint_actions.disable(ALICE, "shop", "receiver down")
@@ -131,7 +131,7 @@ def test_a_tenant_reads_only_its_own_audit_entries(quiet_redis):
 
 
 def test_replay_sends_the_dead_letter_again_and_audits_it(quiet_redis, monkeypatch):
-    EndpointRegistry().add("shop", "https://shop.example/hook")
+    EndpointRegistry().add("shop", "http://127.0.0.1:9/shop/hook")
     DeadLetterQueue().add(DeadLetter(endpoint_id="shop", event_id="evt-1",
                                      event_type="order.created", payload={"n": 1},
                                      reason="exhausted", attempts=3))
@@ -149,7 +149,7 @@ def test_replay_sends_the_dead_letter_again_and_audits_it(quiet_redis, monkeypat
 
 def test_find_event_reports_each_endpoints_outcome(quiet_redis):
     registry = EndpointRegistry()
-    registry.add("shop", "https://shop.example/hook")
+    registry.add("shop", "http://127.0.0.1:9/shop/hook")
     DeadLetterQueue().add(DeadLetter(endpoint_id="shop", event_id="evt-9",
                                      event_type="order.created", payload={"n": 1},
                                      reason="rejected", attempts=1, last_status=400))

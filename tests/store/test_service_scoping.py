@@ -37,9 +37,9 @@ def two_apps(quiet_redis):
     AppRegistry().add("app-a")
     AppRegistry().add("app-b")
     registry = EndpointRegistry()
-    registry.add("ep-a", "https://a.example/hook", app="app-a")
-    registry.add("ep-b", "https://b.example/hook", app="app-b")
-    registry.add("ep-free", "https://free.example/hook")
+    registry.add("ep-a", "http://127.0.0.1:9/a/hook", app="app-a")
+    registry.add("ep-b", "http://127.0.0.1:9/b/hook", app="app-b")
+    registry.add("ep-free", "http://127.0.0.1:9/free/hook")
     for endpoint_id in ("ep-a", "ep-b"):
         DeadLetterQueue().add(DeadLetter(endpoint_id=endpoint_id, event_id="evt-1",
                                          event_type="order.created", payload={"n": 1},
@@ -58,7 +58,7 @@ MUTATIONS = [
     ("rotate", lambda actor: endpoint_actions.rotate_secret(actor, "ep-a")),
     ("update", lambda actor: endpoint_actions.update_endpoint(actor, "ep-a", timeout=3.0)),
     ("remove", lambda actor: endpoint_actions.remove_endpoint(actor, "ep-a")),
-    ("add", lambda actor: endpoint_actions.add_endpoint(actor, "ep-new", "https://n.example/",
+    ("add", lambda actor: endpoint_actions.add_endpoint(actor, "ep-new", "http://127.0.0.1:9/n/",
                                                         app="app-a")),
     ("replay", lambda actor: events.replay_event(actor, "ep-a", "evt-1")),
     ("add app", lambda actor: apps.add_app(actor, "app-c")),
@@ -147,10 +147,10 @@ def test_a_scoped_actor_lists_and_acts_on_its_own_only(two_apps):
 
 
 def test_a_scoped_actor_adds_endpoints_to_its_own_application_only(two_apps):
-    added = endpoint_actions.add_endpoint(TENANT_A, "ep-a2", "https://a2.example/hook")
+    added = endpoint_actions.add_endpoint(TENANT_A, "ep-a2", "http://127.0.0.1:9/a2/hook")
     assert added.summary.app == "app-a" and added.secret
     with pytest.raises(NotFound):
-        endpoint_actions.add_endpoint(TENANT_A, "ep-a3", "https://a3.example/", app="app-b")
+        endpoint_actions.add_endpoint(TENANT_A, "ep-a3", "http://127.0.0.1:9/a3/", app="app-b")
     with pytest.raises(NotFound):
         endpoint_actions.update_endpoint(TENANT_A, "ep-a", app="app-b")
     with pytest.raises(NotFound):
