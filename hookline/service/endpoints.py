@@ -256,10 +256,9 @@ def breaker(actor: Actor, endpoint_id: str) -> BreakerStatus:
 
 
 def breaker_statuses(endpoint_ids: list[str], gate: Gate | None = None) -> list[BreakerStatus]:
-    """The breakers of ``endpoint_ids``, read against one Redis time."""
-    gate = gate or Gate()
-    now_ms = gate.redis_now_ms()
-    return [gate.breaker_status(endpoint_id, now_ms=now_ms) for endpoint_id in endpoint_ids]
+    """The breakers of ``endpoint_ids``, read against one Redis time in one pipelined round
+    trip (:meth:`Gate.breaker_statuses`)."""
+    return (gate or Gate()).breaker_statuses(endpoint_ids)
 
 
 def breakers(actor: Actor) -> list[BreakerStatus]:
