@@ -47,7 +47,7 @@ test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fast tier: pure unit tests and store tests on the real Redis, no worker processes and no
-# HTTP receivers (tests/conftest.py refuses a worker fixture there). Well under 30 s.
+# HTTP receivers (tests/conftest.py refuses a worker fixture there). About a minute.
 test-fast: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
 	$(BIN)/pytest tests/unit tests/store $(PYTEST_ARGS)
