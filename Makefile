@@ -11,7 +11,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
 .PHONY: install venv redis demo test test-fast test-scale test-compat lint bench bench-schedule bench-compare \
-	bench-retries chaos docs clean
+	bench-retries bench-sealing chaos docs clean
 
 install venv: $(STAMP)
 
@@ -85,6 +85,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.fanout
 	$(BIN)/python -m bench.inflight
 	$(BIN)/python -m bench.console
+	$(BIN)/python -m bench.sealing
 	$(BIN)/python -m bench.compare
 
 bench-schedule: $(STAMP)
@@ -100,6 +101,10 @@ bench-compare: $(STAMP)
 # (target >= 0.6); e.g. `make bench-retries BENCH_ARGS="--quick --profile /tmp/prof.txt"`.
 bench-retries: $(STAMP)
 	$(BIN)/python -m bench.compare_retries $(BENCH_ARGS)
+
+# Worker CPU per delivery with secrets encrypted at rest beside without (target <= 1.05).
+bench-sealing: $(STAMP)
+	$(BIN)/python -m bench.sealing $(BENCH_ARGS)
 
 # Fault run under load on private Redis, receivers and workers: SIGKILL, SIGTERM, a Redis
 # restart, scale-out, a flapping receiver (summary in bench/results/chaos.json).

@@ -2,7 +2,8 @@
 update, disable, enable, pause, resume, remove, rotate-secret).
 
 A signing secret is printed once, when ``endpoint add`` generates it, and masked everywhere
-else; a header's value is never echoed back.
+else; an ed25519 key's public key is printed when it is made and by ``show``, its private key
+never; a header's value is never echoed back.
 """
 
 from __future__ import annotations
@@ -17,9 +18,19 @@ from hookline.cli.breaker import breaker_json, describe
 from hookline.cli.event import describe_last_error, describe_recent
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_time, shorten
 from hookline.cli.params import HeaderParam, JsonParam
-from hookline.cli.secret import rotate_secret
+from hookline.cli.secret import (
+    SECRET_HELP,
+    describe_secrets,
+    echo_new_key,
+    key_options,
+    rotate_secret,
+)
 from hookline.core.endpoint import EndpointError
-from hookline.core.endpoint_validation import validate_headers
+from hookline.core.endpoint_validation import (
+    validate_headers,
+    validate_secret,
+    validate_signature,
+)
 from hookline.core.event import shown
 from hookline.service import endpoint_actions as actions
 from hookline.service.actor import cli_actor
@@ -88,8 +99,10 @@ def _cap(value: int | None) -> int | None:
 @endpoint.command("add")
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--url", required=True, help="Where events are POSTed (http or https).")
-@click.option("--secret", metavar="whsec_...",
-              help="Signing secret (whsec_ + base64 of 24-64 bytes); generated when omitted.")
+@key_options(secret_help=f"Signing key: {SECRET_HELP}; generated when omitted.",
+             signature_help="The kind of key generated: hmac (v1 signatures, the default; "
+                            "the secret is printed once) or ed25519 (v1a: a key pair; its "
+                            "public key is printed, the private key never).")
 @click.option("--timeout", type=float, metavar="SECONDS",
               help="Read timeout for this endpoint (default HOOKLINE_READ_TIMEOUT).")
 @click.option("--retry-policy", type=JsonParam(object_only=True), help=RETRY_POLICY_HELP)
@@ -103,13 +116,16 @@ def _cap(value: int | None) -> int | None:
               help=CHANNELS_HELP + "; no channel filter when omitted.")
 @click.option("--max-in-flight", type=int, metavar="N",
               help=MAX_IN_FLIGHT_HELP + "; no cap when omitted.")
-def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float | None,
+def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str | None,
+                 timeout: float | None,
                  retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
                  headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
                  channels: str | None, max_in_flight: int | None) -> None:
-    """Register endpoint ID. Without --secret a secret is generated and printed once."""
+    """Register endpoint ID. Without --secret a key is generated: an HMAC secret printed
+    once, or with --signature ed25519 a key pair whose public key is printed."""
     # Without --burst the registry's own default applies.
     answer = actions.add_endpoint(cli_actor(), endpoint_id, url, secret=secret,
+                                  signature=signature,
                                   timeout=timeout, retry_policy=retry_policy,
                                   rate=checked_rate(rate),
                                   headers=validate_headers({}, headers), app=app_id,
@@ -124,9 +140,7 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, timeout: float 
                    "they have no effect without --app", err=True)
     if added.rate is None and burst is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
-    if answer.secret:
-        click.echo(f"signing secret: {answer.secret}")
-        click.echo("Store it now: it will not be shown again.")
+    echo_new_key(answer.secret, answer.public_key, label="")
 
 
 @endpoint.command("list")
@@ -169,7 +183,7 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("id", item.id),
         ("url", item.url),
         ("status", _status(item)),
-        ("secrets", ", ".join(item.public["secrets"])),
+        ("secrets", describe_secrets(item.public)),
         ("headers", ", ".join(f"{name}: {value}" for name, value in
                               item.public["headers"].items()) or "none"),
         ("read timeout", f"{health.read_timeout:g}s" + (" (default)" if default_timeout else "")),
@@ -194,7 +208,12 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
 @endpoint.command("update")
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--url", help="New URL (http or https).")
-@click.option("--secret", metavar="whsec_...", help="New signing secret (replaces the old one).")
+@key_options(secret_help="New signing key (replaces the current ones at once).",
+             signature_help="Replace the signing keys at once with a new key of this kind "
+                            "(with --secret: that one, of this kind): an hmac secret is "
+                            "printed once, an ed25519 key's public key is printed. Receivers "
+                            "still verifying with the old key fail from then on: "
+                            "'rotate-secret --signature' switches with an overlap instead.")
 @click.option("--timeout", type=float, metavar="SECONDS", help="New read timeout.")
 @click.option("--retry-policy", type=JsonParam(object_only=True),
               help=RETRY_POLICY_HELP + " Merged into the current overrides.")
@@ -211,31 +230,48 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
 @click.option("--max-in-flight", type=int, metavar="N",
               help=MAX_IN_FLIGHT_HELP + "; 0 removes the cap.")
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
-                    timeout: float | None, retry_policy: dict[str, Any] | None,
-                    rate: str | None, burst: int | None, headers: tuple[tuple[str, str], ...],
+                    signature: str | None, timeout: float | None,
+                    retry_policy: dict[str, Any] | None, rate: str | None,
+                    burst: int | None, headers: tuple[tuple[str, str], ...],
                     remove_headers: tuple[str, ...], app_id: str | None,
                     events: str | None, channels: str | None,
                     max_in_flight: int | None) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt (a new
-    subscription applies to events published after it)."""
-    changes = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
-               "rate": rate, "burst": burst, "header": headers or None,
-               "removed header": remove_headers or None, "app": app_id, "events": events,
-               "channels": channels, "max_in_flight": max_in_flight}
+    subscription applies to events published after it). --secret and --signature replace the
+    signing keys at once; 'rotate-secret' keeps the old ones signing for an overlap."""
+    changes = {"url": url, "secret": secret, "signature": signature, "timeout": timeout,
+               "retry_policy": retry_policy, "rate": rate, "burst": burst,
+               "header": headers or None, "removed header": remove_headers or None,
+               "app": app_id, "events": events, "channels": channels,
+               "max_in_flight": max_in_flight}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
-        raise click.UsageError("nothing to update: give --url, --secret, --timeout, "
-                               "--retry-policy, --rate, --burst, --header, --remove-header, "
-                               "--app, --events, --channels or --max-in-flight")
-    updated = actions.update_endpoint(cli_actor(), endpoint_id, url=url, secret=secret,
-                                      timeout=timeout, retry_policy=retry_policy,
-                                      rate=checked_rate(rate), burst=burst,
-                                      headers=dict(headers), remove_headers=remove_headers,
-                                      app=app_id, event_types=events, channels=channels,
-                                      max_in_flight=max_in_flight)
+        raise click.UsageError("nothing to update: give --url, --secret, --signature, "
+                               "--timeout, --retry-policy, --rate, --burst, --header, "
+                               "--remove-header, --app, --events, --channels or "
+                               "--max-in-flight")
+    if signature is not None:
+        # Refused before anything changes: the new key goes in after the other fields.
+        validate_signature(signature, validate_secret(secret) if secret else None)
+    actor = cli_actor()
+    new_key: tuple[str | None, str | None] = (None, None)
+    if set(changed) - {"secret", "signature"} or signature is None:
+        updated = actions.update_endpoint(actor, endpoint_id, url=url,
+                                          secret=None if signature else secret,
+                                          timeout=timeout, retry_policy=retry_policy,
+                                          rate=checked_rate(rate), burst=burst,
+                                          headers=dict(headers), remove_headers=remove_headers,
+                                          app=app_id, event_types=events, channels=channels,
+                                          max_in_flight=max_in_flight)
+        if updated.rate is None and burst is not None:
+            click.echo("warning: --burst has no effect without a rate", err=True)
+        new_key = (None, updated.public["public_keys"][0] if secret else None)
+    if signature is not None:
+        replaced = actions.rotate_secret(actor, endpoint_id, secret=secret,
+                                         signature=signature, overlap=0)
+        new_key = (replaced.secret, replaced.public_key)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
-    if updated.rate is None and burst is not None:
-        click.echo("warning: --burst has no effect without a rate", err=True)
+    echo_new_key(*new_key, label="new ")
 
 
 @endpoint.command("disable")

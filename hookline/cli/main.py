@@ -19,6 +19,7 @@ from hookline.cli.apps import app, event_type, publish_command
 from hookline.cli.breaker import breaker
 from hookline.cli.console import console_command
 from hookline.cli.dlq import dlq
+from hookline.cli.encryption import secrets_group
 from hookline.cli.endpoint import endpoint
 from hookline.cli.event import event
 from hookline.cli.metrics import metrics_command
@@ -78,6 +79,7 @@ main.add_command(stats)
 main.add_command(worker_command)
 main.add_command(app)
 main.add_command(publish_command)
+main.add_command(secrets_group)
 main.add_command(event_type)
 main.add_command(console_command)
 main.add_command(portal_group)

@@ -34,7 +34,7 @@ from hookline.console.events import routes as event_pages
 from hookline.console.overview import FILTERS
 from hookline.console.overview import routes as overview_pages
 from hookline.console.security import SAFE_METHODS, Csrf, content_security_policy, secured
-from hookline.console.visit import Visit
+from hookline.console.visit import Face, Visit
 from hookline.core import redact
 from hookline.core.config import settings
 from hookline.core.errors import HooklineError
@@ -49,14 +49,24 @@ PAGES = (overview_pages, endpoint_pages, event_pages, dead_letter_pages)
 STATIC = {"console.js": "text/javascript", "console.css": "text/css"}
 #: The realm a browser shows in its sign-in prompt.
 REALM = "Hookline console"
+#: The console's face: every fact, every action (disabled for a read-only viewer).
+CONSOLE = Face("base.html", {
+    "endpoint": "endpoints.endpoint_show", "pause": "endpoints.pause",
+    "resume": "endpoints.resume", "disable": "endpoints.disable", "enable": "endpoints.enable",
+    "reset_breaker": "endpoints.reset_breaker", "rotate_secret": "endpoints.rotate_secret",
+    "events": "events.event_search", "event_replay": "events.replay",
+    "letters": "dead_letters.letter_list", "letter": "dead_letters.letter_show",
+    "letter_replay": "dead_letters.replay_one",
+}, operator=True)
 
 
-def _templates() -> Environment:
-    """Jinja2 with autoescape on for every template: each stored string (endpoint ids, event
-    types, response bodies) comes from outside."""
+def page_templates(face: Face) -> Environment:
+    """The templates drawn for ``face``: Jinja2 with autoescape on for every template, each
+    stored string (endpoint ids, event types, response bodies) comes from outside."""
     environment = Environment(loader=PackageLoader("hookline.console", "templates"),
                               autoescape=True, undefined=StrictUndefined)
     environment.filters.update(FILTERS)
+    environment.globals["face"] = face
     return environment
 
 
@@ -69,7 +79,7 @@ class Console:
         self.csrf = csrf
         self.mount_prefix = mount_prefix.rstrip("/")
         self.policy = content_security_policy(frame_ancestors)
-        self.templates = _templates()
+        self.templates = page_templates(CONSOLE)
         rules: list[Rule] = [Rule("/static/<name>", endpoint="static", methods=["GET"])]
         self.pages: dict[str, Callable[[Visit], Response]] = {}
         for routes in PAGES:

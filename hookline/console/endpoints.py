@@ -16,15 +16,18 @@ from hookline.service import apps, endpoint_actions, endpoints
 
 routes = Routes("endpoints")
 
-#: Endpoints per page unless ``?limit=`` asks for another number (the service bounds it).
+#: Applications or endpoints per page unless ``?limit=`` asks for another number (the
+#: service bounds it).
 PAGE_SIZE = 50
-
 
 
 @routes.get("/apps")
 def app_list(visit: Visit) -> Response:
-    """The applications (a tenant: its own), each with its number of endpoints."""
-    return visit.render("apps.html", listings=apps.list_apps(visit.actor))
+    """The applications (a tenant: its own), each with its number of endpoints, a page at a
+    time."""
+    page = apps.apps_page(visit.actor, cursor=visit.param("cursor") or None,
+                          limit=visit.limit(PAGE_SIZE))
+    return visit.render("apps.html", page=page)
 
 
 @routes.get("/endpoints")
@@ -81,6 +84,8 @@ def reset_breaker(visit: Visit) -> Response:
 
 @routes.post("/endpoints/<endpoint_id>/rotate-secret")
 def rotate_secret(visit: Visit) -> Response:
-    rotated = endpoint_actions.rotate_secret(visit.actor, str(visit.args["endpoint_id"]))
-    return visit.render("secret.html", rotated=rotated,
-                        endpoint_id=str(visit.args["endpoint_id"]))
+    rotated = endpoint_actions.rotate_secret(visit.actor, str(visit.args["endpoint_id"]),
+                                             signature=visit.form("signature") or None)
+    return visit.render("secret.html", endpoint_id=rotated.summary.id, secret=rotated.secret,
+                        public_key=rotated.public_key, added=False,
+                        previous_until=rotated.previous_until)

@@ -7,6 +7,10 @@ request. The console sees a WSGI environ whose ``SCRIPT_NAME`` is the mount pref
 link it builds carries it) and whose ``PATH_INFO`` is the rest; the host's request object rides
 along under :data:`HOST_REQUEST`, where the host's authorizer and CSRF token reader find it.
 
+Framing follows ``HOOKLINE_CONSOLE_FRAME_ANCESTORS``, read and checked as the standalone
+console reads it (:func:`frame_ancestors`): ``'none'`` (no page may frame it) unless it names
+the pages that may.
+
 The audit log's session id is a keyed digest of a session cookie (the host's session key in
 Django, the console's own session cookie in Flask), never the cookie itself: it is a credential.
 """
@@ -16,14 +20,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from werkzeug.wrappers import Request
 
+from hookline.console.security import frame_ancestors_setting
 from hookline.service.actor import Actor
 
+#: The setting naming the pages that may frame the console, standalone or mounted.
+FRAME_ANCESTORS_SETTING = "HOOKLINE_CONSOLE_FRAME_ANCESTORS"
 #: The environ key under which the host's own request object reaches the console's authorizer
 #: and CSRF token reader.
 HOST_REQUEST = "hookline.host_request"
@@ -31,6 +39,13 @@ HOST_REQUEST = "hookline.host_request"
 HOST_ACTOR = "hookline.host_actor"
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def frame_ancestors(env: Mapping[str, str] | None = None) -> str:
+    """The mounted console's CSP ``frame-ancestors`` from :data:`FRAME_ANCESTORS_SETTING` in
+    ``env`` (the process's environment by default), checked as the standalone console checks
+    it: a ``ConfigError`` naming the setting for a bad source."""
+    return frame_ancestors_setting(os.environ if env is None else env, FRAME_ANCESTORS_SETTING)
 
 
 def host_request(request: Request) -> Any:

@@ -97,7 +97,8 @@ def schedule(visit: Visit) -> Response:
 
 @routes.get("/schedule/fragment")
 def schedule_fragment(visit: Visit) -> Response:
-    """The schedule's totals and due counts alone, for the page's self-refresh."""
+    """The schedule's totals, due counts and waiting bulk replay jobs alone, for the page's
+    self-refresh."""
     return visit.render("_schedule_figures.html", **_schedule_figures(visit))
 
 
@@ -106,6 +107,7 @@ def _schedule_figures(visit: Visit) -> dict[str, Any]:
     return {"stats": retry_schedule.schedule_stats(visit.actor),
             "counts": retry_schedule.due_counts(visit.actor, cursor=cursor,
                                                 limit=visit.limit(PAGE_SIZE)),
+            "waiting_jobs": retry_schedule.waiting_jobs(visit.actor),
             "cursor": cursor or ""}
 
 

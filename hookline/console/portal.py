@@ -28,18 +28,22 @@ from importlib import resources
 from typing import Any
 
 import redis
-from jinja2 import Environment, PackageLoader, StrictUndefined
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.serving import WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 from hookline.console import portal_pages
-from hookline.console.overview import FILTERS
-from hookline.console.security import SAFE_METHODS, SignedTokens, content_security_policy, secured
-from hookline.console.standalone import _SOURCE
+from hookline.console.app import page_templates
+from hookline.console.security import (
+    SAFE_METHODS,
+    SignedTokens,
+    content_security_policy,
+    frame_ancestors_setting,
+    secured,
+)
 from hookline.console.visit import Visit
-from hookline.core.env import ConfigError, raw
+from hookline.core.env import ConfigError
 from hookline.core.errors import HooklineError
 from hookline.service import actor as actors
 from hookline.service import portal
@@ -73,29 +77,6 @@ class PortalRequestHandler(WSGIRequestHandler):
             self.path, self.requestline = kept
 
 
-def frame_ancestors(env: Mapping[str, str]) -> str:
-    """``HOOKLINE_PORTAL_FRAME_ANCESTORS`` checked (the console's rule for a CSP source)."""
-    text = raw(env, "HOOKLINE_PORTAL_FRAME_ANCESTORS")
-    if not text or text == "'none'":
-        return "'none'"
-    sources = text.split()
-    wrong = [source for source in sources if not _SOURCE.match(source)]
-    if wrong:
-        raise ConfigError(f"HOOKLINE_PORTAL_FRAME_ANCESTORS: {wrong[0][:80]!r} is not a "
-                          "frame-ancestors source (e.g. https://app.example.com, 'self'); "
-                          "separate sources with spaces")
-    return " ".join(sources)
-
-
-def _templates() -> Environment:
-    """Jinja2, autoescape on everywhere: endpoint ids, event types and response excerpts come
-    from outside."""
-    environment = Environment(loader=PackageLoader("hookline.console", "templates"),
-                              autoescape=True, undefined=StrictUndefined)
-    environment.filters.update(FILTERS)
-    return environment
-
-
 class Portal:
     """The portal's WSGI application (see the module's docstring)."""
 
@@ -105,7 +86,7 @@ class Portal:
         self.policy = content_security_policy(frame_ancestors)
         # Framed by another site's page, the cookie must be SameSite=None to be sent at all.
         self.same_site = "Lax" if frame_ancestors in ("'none'", "'self'") else "None"
-        self.templates = _templates()
+        self.templates = page_templates(portal_pages.PORTAL)
         routes = portal_pages.routes
         rules = [Rule("/static/<name>", endpoint="static", methods=["GET"]),
                  Rule(portal.ENTER_PATH, endpoint="enter", methods=["GET"]),
@@ -192,7 +173,7 @@ class Portal:
         return response
 
     def _error(self, visit: Visit, status: int, message: str) -> Response:
-        return portal_pages.render(visit, "portal_error.html", status=status,
+        return portal_pages.render(visit, "error.html", status=status,
                                    status_code=status, message=message)
 
     def _static(self, name: str) -> Response:
@@ -210,4 +191,5 @@ def portal_app(env: Mapping[str, str] | None = None) -> Portal:
         key = portal.signing_key(env)
     except portal.PortalUnavailable as exc:
         raise ConfigError(str(exc)) from None
-    return Portal(key, frame_ancestors=frame_ancestors(env))
+    return Portal(key, frame_ancestors=frame_ancestors_setting(
+        env, "HOOKLINE_PORTAL_FRAME_ANCESTORS"))

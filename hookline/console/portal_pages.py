@@ -14,7 +14,7 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
-from hookline.console.visit import Routes, Visit
+from hookline.console.visit import Face, Routes, Visit
 from hookline.service import dead_letters, endpoint_actions, endpoints, events
 from hookline.service.dead_letters import DeadLetterQuery
 
@@ -31,6 +31,14 @@ NOTICES = {
 }
 #: The dead-letter filters the portal offers (the service checks each value).
 LETTER_FILTERS = ("endpoint", "reason", "since", "until")
+#: The portal's face: a tenant's facts only, no action to a read-only link.
+PORTAL = Face("portal_base.html", {
+    "endpoint": "portal.endpoint_show", "pause": "portal.pause", "resume": "portal.resume",
+    "rotate_secret": "portal.rotate_secret", "subscriptions": "portal.subscriptions",
+    "events": "portal.event_search", "event_replay": "portal.event_replay",
+    "letters": "portal.letter_list", "letter": "portal.letter_show",
+    "letter_replay": "portal.letter_replay",
+})
 
 
 def render(visit: Visit, template: str, *, status: int = 200, **values: Any) -> Response:
@@ -62,15 +70,16 @@ def endpoint_add(visit: Visit) -> Response:
     """Add an endpoint to the application; a generated secret is shown in this answer only."""
     added = endpoint_actions.add_endpoint(
         visit.actor, visit.form("endpoint_id"), visit.form("url"),
-        event_types=_names(visit.form("event_types")) or None, app=visit.actor.app_scope)
-    return render(visit, "portal_secret.html", endpoint_id=added.summary.id,
-                  secret=added.secret, added=True, previous_until=[])
+        event_types=_names(visit.form("event_types")) or None, app=visit.actor.app_scope,
+        signature=visit.form("signature") or None)
+    return render(visit, "secret.html", endpoint_id=added.summary.id, secret=added.secret,
+                  public_key=added.public_key, added=True, previous_until=[])
 
 
 @routes.get("/endpoints/<endpoint_id>")
 def endpoint_show(visit: Visit) -> Response:
     health = endpoints.endpoint_health(visit.actor, _endpoint_id(visit))
-    return render(visit, "portal_endpoint.html", health=health, endpoint=health.summary)
+    return render(visit, "endpoint.html", health=health, endpoint=health.summary)
 
 
 def _back(visit: Visit, notice: str) -> Response:
@@ -101,9 +110,11 @@ def resume(visit: Visit) -> Response:
 @routes.post("/endpoints/<endpoint_id>/rotate-secret")
 def rotate_secret(visit: Visit) -> Response:
     """A new signing secret, shown in this answer only (no redirect, not cached)."""
-    rotated = endpoint_actions.rotate_secret(visit.actor, _endpoint_id(visit))
-    return render(visit, "portal_secret.html", endpoint_id=rotated.summary.id,
-                  secret=rotated.secret, added=False, previous_until=rotated.previous_until)
+    rotated = endpoint_actions.rotate_secret(visit.actor, _endpoint_id(visit),
+                                             signature=visit.form("signature") or None)
+    return render(visit, "secret.html", endpoint_id=rotated.summary.id, secret=rotated.secret,
+                  public_key=rotated.public_key, added=False,
+                  previous_until=rotated.previous_until)
 
 
 @routes.get("/events")
@@ -114,7 +125,7 @@ def event_search(visit: Visit) -> Response:
     if query["event_id"]:
         report = events.find_event(visit.actor, query["event_id"],
                                    endpoint=query["endpoint"] or None)
-    return render(visit, "portal_events.html", query=query, report=report)
+    return render(visit, "events.html", query=query, report=report)
 
 
 @routes.post("/events/replay")
@@ -137,7 +148,7 @@ def letter_list(visit: Visit) -> Response:
     query = _letter_query(visit.request.args)
     page = dead_letters.list_page(visit.actor, query, visit.param("cursor") or None,
                                   visit.limit(PAGE_SIZE))
-    return render(visit, "portal_dead_letters.html", page=page, params=query.to_params(),
+    return render(visit, "dead_letters.html", page=page, query=query, params=query.to_params(),
                   form={name: visit.param(name) for name in LETTER_FILTERS},
                   reasons=sorted(dead_letters.REASONS))
 
@@ -145,7 +156,7 @@ def letter_list(visit: Visit) -> Response:
 @routes.get("/dead-letters/entry")
 def letter_show(visit: Visit) -> Response:
     entry = dead_letters.get(visit.actor, visit.param("id"))
-    return render(visit, "portal_dead_letter.html", entry=entry)
+    return render(visit, "dead_letter.html", entry=entry)
 
 
 @routes.post("/dead-letters/replay")

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from werkzeug.wrappers import Request, Response
 
+from hookline.core.env import ConfigError, raw
 from hookline.service.actor import Actor
 
 #: The form field and the header (for scripts) a state-changing request carries its token in.
@@ -29,6 +31,9 @@ CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 #: Methods that never change state: no token asked.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: One source of a frame-ancestors setting: a keyword, a scheme, or a host source.
+FRAME_SOURCE = re.compile(r"^(?:'self'|[a-z][a-z0-9+.-]*:|(?:[a-z][a-z0-9+.-]*://)?"
+                          r"(?:\*\.)?[A-Za-z0-9.-]+(?::(?:\d{1,5}|\*))?(?:/[A-Za-z0-9._~/%-]*)?)$")
 
 
 class Csrf(Protocol):
@@ -89,6 +94,26 @@ def content_security_policy(frame_ancestors: str = "'none'") -> str:
     return ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
             f"frame-ancestors {frame_ancestors}; form-action 'self'; base-uri 'none'; "
             "object-src 'none'")
+
+
+def frame_ancestor_sources(value: str, setting_name: str) -> list[str]:
+    """The frame-ancestors sources ``value`` lists, separated by spaces (none for an empty value
+    or ``'none'``), each checked: a :class:`ConfigError` naming ``setting_name`` and the first
+    source that is not one otherwise (a stray ``;`` would add a directive to the policy)."""
+    if not value or value == "'none'":
+        return []
+    sources = value.split()
+    wrong = [source for source in sources if not FRAME_SOURCE.match(source)]
+    if wrong:
+        raise ConfigError(f"{setting_name}: {wrong[0][:80]!r} is not a frame-ancestors source "
+                          "(e.g. https://app.example.com, 'self'); separate sources with spaces")
+    return sources
+
+
+def frame_ancestors_setting(env: Mapping[str, str], setting_name: str) -> str:
+    """The policy's frame-ancestors from the setting ``setting_name`` of ``env``, checked
+    (:func:`frame_ancestor_sources`): ``'none'`` when it names no source."""
+    return " ".join(frame_ancestor_sources(raw(env, setting_name), setting_name)) or "'none'"
 
 
 def secured(response: Response, policy: str) -> Response:

@@ -14,7 +14,6 @@ processes behind one balancer accept each other's forms; unset, the key is rando
 from __future__ import annotations
 
 import hmac
-import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 from werkzeug.wrappers import Request
 
 from hookline.console.app import Console, make_app
-from hookline.console.security import SignedTokens
+from hookline.console.security import SignedTokens, frame_ancestors_setting
 from hookline.core.env import ConfigError, raw
 from hookline.service.actor import Actor
 
@@ -32,9 +31,6 @@ from hookline.service.actor import Actor
 SESSION_COOKIE = "hookline_console_session"
 #: Shortest ``HOOKLINE_CONSOLE_SECRET_KEY`` accepted, characters.
 MIN_SECRET_KEY = 32
-#: One source of ``HOOKLINE_CONSOLE_FRAME_ANCESTORS``: a keyword, a scheme, or a host source.
-_SOURCE = re.compile(r"^(?:'self'|[a-z][a-z0-9+.-]*:|(?:[a-z][a-z0-9+.-]*://)?"
-                     r"(?:\*\.)?[A-Za-z0-9.-]+(?::(?:\d{1,5}|\*))?(?:/[A-Za-z0-9._~/%-]*)?)$")
 
 
 @dataclass(frozen=True)
@@ -70,19 +66,6 @@ def _credentials(env: Mapping[str, str], name: str, *, can_act: bool) -> list[Cr
     return found
 
 
-def _frame_ancestors(env: Mapping[str, str]) -> str:
-    text = raw(env, "HOOKLINE_CONSOLE_FRAME_ANCESTORS")
-    if not text or text == "'none'":
-        return "'none'"
-    sources = text.split()
-    wrong = [source for source in sources if not _SOURCE.match(source)]
-    if wrong:
-        raise ConfigError(f"HOOKLINE_CONSOLE_FRAME_ANCESTORS: {wrong[0][:80]!r} is not a "
-                          "frame-ancestors source (e.g. https://admin.example.com, 'self'); "
-                          "separate sources with spaces")
-    return " ".join(sources)
-
-
 def console_settings(env: Mapping[str, str]) -> ConsoleSettings:
     """The standalone console's settings from ``env``, each checked; a :class:`ConfigError`
     naming the variable (never showing a secret) otherwise."""
@@ -103,7 +86,7 @@ def console_settings(env: Mapping[str, str]) -> ConsoleSettings:
                           "characters (e.g. python -c 'import secrets; "
                           "print(secrets.token_urlsafe(32))')")
     return ConsoleSettings(tuple(credentials), key.encode() if key else None,
-                           _frame_ancestors(env))
+                           frame_ancestors_setting(env, "HOOKLINE_CONSOLE_FRAME_ANCESTORS"))
 
 
 class BasicAuth:

@@ -49,6 +49,28 @@ NAVIGATION = (
 )
 
 
+@dataclass(frozen=True)
+class Face:
+    """The face a page is drawn for, the operator's console or an application's portal: the
+    templates both show (an endpoint, an event's deliveries, dead letters) are one each and
+    read here what differs. The templates have it as ``face``."""
+
+    #: The layout a page extends (``base.html``).
+    layout: str
+    #: The pages the shared templates link and post to, by role (``"endpoint"``: one
+    #: endpoint's page); an action whose role is missing is not offered on this face.
+    pages: Mapping[str, str]
+    #: The operator's face: the facts only an operator sees are shown (a dead letter's detail,
+    #: the last errors in lists, the failures behind a breaker, a conflicting event), and a
+    #: read-only viewer sees the actions, disabled, rather than none.
+    operator: bool = False
+
+    def offers(self, actor: Actor) -> bool:
+        """Whether the pages show ``actor`` their actions (the service refuses what a
+        read-only actor posts, whatever a page shows)."""
+        return actor.can_act or self.operator
+
+
 @dataclass
 class Visit:
     """The request, who makes it, and what a page needs to answer: templates, URLs, the CSRF

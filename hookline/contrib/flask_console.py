@@ -18,6 +18,10 @@ CSRF: the console's own tokens, bound to a session cookie of its own and keyed b
 ``SECRET_KEY`` (several processes agree; without one the key is random per process). A host
 that checks CSRF itself (Flask-WTF's ``CSRFProtect``) passes ``host_csrf=HostCsrf(field,
 token)`` (:class:`hookline.console.security.HostCsrf`) and the forms carry its token instead.
+
+Framing: the pages ``frame_ancestors`` names (CSP sources) may frame the console; without it,
+those ``HOOKLINE_CONSOLE_FRAME_ANCESTORS`` names, as for the standalone console (none by
+default).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from hookline.console.mount import (
     Mounted,
     WsgiApp,
     call_console,
+    frame_ancestors,
     host_actor,
     host_authorizer,
     prefix_of,
@@ -86,10 +91,11 @@ def _key(app: Flask, secret_key: bytes | None) -> bytes | None:
 
 
 def _build(app: Flask, host_csrf: HostCsrf | None, secret_key: bytes | None,
-           frame_ancestors: str) -> WsgiApp:
+           framed_by: str | None) -> WsgiApp:
     tokens = SignedTokens(_key(app, secret_key))
     csrf: Csrf = host_csrf if host_csrf is not None else tokens
-    console = make_app(_SessionAuthorizer(tokens), csrf=csrf, frame_ancestors=frame_ancestors)
+    console = make_app(_SessionAuthorizer(tokens), csrf=csrf,
+                       frame_ancestors=frame_ancestors() if framed_by is None else framed_by)
     return SessionCookie(console)
 
 
@@ -104,7 +110,7 @@ def _body(environ: dict[str, Any]) -> bytes:
 
 def console_blueprint(authorize: Authorize, *, user: Callable[[Any], str] | None = None,
                       host_csrf: HostCsrf | None = None, secret_key: bytes | None = None,
-                      frame_ancestors: str = "'none'",
+                      frame_ancestors: str | None = None,
                       name: str = "hookline_console") -> Blueprint:
     """A blueprint serving the console at every URL below its ``url_prefix``: see the
     module's docstring."""

@@ -103,6 +103,7 @@ class Settings:
     allowed_networks: tuple[Network, ...] = ()
     https_only: bool = False
     secret_overlap: float = DAY
+    encryption_keys: tuple[bytes, ...] = field(default=(), repr=False)
     schedule_max: int = 1_000_000
     schedule_max_per_endpoint: int = 100_000
     retry_queue_limit: int = 1000

@@ -9,23 +9,21 @@ operator gives is ``hookline.core.endpoint_validation``'s; keeping endpoints is
 
 from __future__ import annotations
 
-import base64
 import json
 import math
-import secrets as random_secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookline.core import redact
+from hookline.core import redact, sealing, signing
 from hookline.core.config import settings
 from hookline.core.errors import InvalidField
 from hookline.core.headers import masked
 from hookline.core.policy import RetryPolicy, parse_rate
 from hookline.core.subscriptions import subscribed
 
-SECRET_PREFIX = "whsec_"
+SECRET_PREFIX = signing.HMAC_PREFIX
 
 
 class EndpointError(InvalidField):
@@ -34,6 +32,38 @@ class EndpointError(InvalidField):
 
     def __init__(self, message: str, field: str = "endpoint") -> None:
         super().__init__(field, message)
+
+
+class SealedRecordError(EndpointError):
+    """An endpoint whose stored secrets or header values cannot be opened: sealed with a key
+    ``HOOKLINE_ENCRYPTION_KEYS`` does not hold, or damaged. Nothing is sent with it."""
+
+    def __init__(self, endpoint_id: str, problem: sealing.SealingError) -> None:
+        super().__init__(str(problem), "secrets")
+        self.endpoint_id = endpoint_id
+        self.missing_key = isinstance(problem, sealing.MissingKey)
+
+
+#: The fields of an endpoint's hash that hold credentials, sealed when keys are set.
+SEALED_FIELDS = ("secrets", "headers")
+
+
+def _keyring() -> sealing.Keyring:
+    return sealing.keyring(settings().encryption_keys)
+
+
+def seal_field(endpoint_id: str, name: str, plaintext: str) -> str:
+    """A credential field's stored form (:mod:`hookline.core.sealing`)."""
+    return _keyring().seal(plaintext, sealing.associated_data(endpoint_id, name))
+
+
+def open_field(endpoint_id: str, name: str, stored: str) -> str:
+    """A credential field's plaintext; :class:`SealedRecordError` when it cannot be opened."""
+    try:
+        return _keyring().open(stored, sealing.associated_data(endpoint_id, name),
+                               f"the {name} of endpoint {endpoint_id!r}")
+    except sealing.SealingError as exc:
+        raise SealedRecordError(endpoint_id, exc) from None
 
 
 class UnknownEndpoint(EndpointError):
@@ -125,7 +155,8 @@ class Endpoint:
     def to_hash(self) -> dict[str, str]:
         return {
             "url": self.url,
-            "secrets": json.dumps([[s, self.secret_expiry.get(s)] for s in self.secrets]),
+            "secrets": seal_field(self.id, "secrets", json.dumps(
+                [[s, self.secret_expiry.get(s)] for s in self.secrets])),
             "enabled": "1" if self.enabled else "0",
             "disabled_reason": self.disabled_reason,
             "timeout": "" if self.timeout is None else repr(self.timeout),
@@ -137,7 +168,7 @@ class Endpoint:
             "rate_burst": str(self.effective_burst()),
             "created_at": repr(self.created_at),
             "updated_at": repr(self.updated_at),
-            "headers": json.dumps(dict(self.headers)),
+            "headers": seal_field(self.id, "headers", json.dumps(dict(self.headers))),
             # paused_at and pauses are written by pause_endpoint.lua only, never here: saving
             # an endpoint read before a pause must not undo it.
             "app": self.app or "",
@@ -151,8 +182,8 @@ class Endpoint:
     @classmethod
     def from_hash(cls, endpoint_id: str, data: Mapping[str, str]) -> Endpoint:
         timeout = data.get("timeout") or ""
-        stored = [item if isinstance(item, list) else [item, None]
-                  for item in json.loads(data.get("secrets") or "[]")]
+        stored = [item if isinstance(item, list) else [item, None] for item in
+                  json.loads(open_field(endpoint_id, "secrets", data.get("secrets") or "[]"))]
         return cls(
             id=endpoint_id,
             url=data["url"],
@@ -166,7 +197,7 @@ class Endpoint:
             burst=int(data["burst"]) if data.get("burst") else None,
             created_at=float(data.get("created_at") or 0),
             updated_at=float(data.get("updated_at") or 0),
-            headers=json.loads(data.get("headers") or "{}"),
+            headers=json.loads(open_field(endpoint_id, "headers", data.get("headers") or "{}")),
             paused_at=int(data["paused_at"]) / 1000.0 if data.get("paused_at") else None,
             pauses=tuple((start / 1000.0, end / 1000.0)
                          for start, end in json.loads(data.get("pauses") or "[]")),
@@ -191,6 +222,10 @@ class Endpoint:
             "burst": self.effective_burst() if self.rate else None,
             "secrets": [mask_secret(s) for s in self.secrets],
             "secret_expires_at": [self.secret_expiry.get(s) for s in self.secrets],
+            # Each secret's kind (hmac, ed25519) and, for ed25519, the public key the
+            # receiver verifies with (not secret), newest first like the secrets.
+            "secret_kinds": [signing.secret_kind(s) for s in self.secrets],
+            "public_keys": [signing.public_key(s) for s in self.secrets],
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "headers": masked(self.headers),
@@ -203,8 +238,10 @@ class Endpoint:
 
 
 def mask_secret(secret: str) -> str:
-    return SECRET_PREFIX + "..." + ("*" * 4)
+    """The secret's kind by its prefix, the rest starred (:func:`hookline.core.signing.mask`)."""
+    return signing.mask(secret)
 
 
-def generate_secret() -> str:
-    return SECRET_PREFIX + base64.b64encode(random_secrets.token_bytes(32)).decode()
+def generate_secret(kind: str = signing.HMAC) -> str:
+    """A new signing secret: an HMAC secret, or an ed25519 key pair's ``whsk_`` key."""
+    return signing.generate_signing_key(kind)

@@ -8,17 +8,16 @@ address early (every send checks again).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any
 
 from hookline.core.config import MAX_READ_TIMEOUT, settings
-from hookline.core.endpoint import SECRET_PREFIX, EndpointError
+from hookline.core.endpoint import EndpointError
 from hookline.core.errors import InvalidField
 from hookline.core.event import check_endpoint_id, check_text
 from hookline.core.headers import merge_headers
 from hookline.core.policy import PolicyError, parse_rate
+from hookline.core.signing import PREFIXES, check_kind, check_signing_key, secret_kind
 from hookline.core.ssrf import Resolver, TargetRefused, pin_address, system_resolve
 from hookline.core.subscriptions import (
     MAX_ENDPOINT_CHANNELS,
@@ -79,19 +78,28 @@ def validate_reason(reason: str) -> str:
 
 
 def validate_secret(secret: str) -> str:
-    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise EndpointError(f"a secret must start with {SECRET_PREFIX!r} followed by base64",
-                            "secret")
-    encoded = secret[len(SECRET_PREFIX) :]
+    """``secret`` if it is an HMAC secret (``whsec_``) or an ed25519 key (``whsk_``), well
+    formed (:func:`hookline.core.signing.check_signing_key`); the error never quotes it."""
     try:
-        # Pad to a multiple of 4 only: strict decoding rejects padding beyond that.
-        raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise EndpointError("the secret after 'whsec_' is not valid base64", "secret") from None
-    if not 24 <= len(raw) <= 64:
-        raise EndpointError(f"a secret must hold 24 to 64 random bytes, this one holds {len(raw)}",
+        return check_signing_key(secret)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+
+
+def validate_signature(signature: str | None, secret: str | None = None) -> str | None:
+    """The kind of key asked for (``hmac``, ``ed25519``), None when none is; with ``secret``
+    given too, the two must agree."""
+    if signature is None:
+        return None
+    try:
+        kind = check_kind(signature)
+    except InvalidField as exc:
+        raise EndpointError(str(exc), exc.field) from None
+    if secret is not None and secret_kind(secret) != kind:
+        raise EndpointError(f"the secret given is no {kind} key: give --secret "
+                            f"{PREFIXES[kind]}... or leave --secret out to have one generated",
                             "secret")
-    return secret
+    return kind
 
 
 def validate_timeout(timeout: float | None) -> float | None:

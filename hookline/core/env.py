@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hookline.core import sealing
 from hookline.core.errors import HooklineError
 from hookline.core.ssrf import parse_networks
 
@@ -265,6 +266,24 @@ class ModuleNames:
 
 
 @dataclass(frozen=True)
+class EncryptionKeys:
+    """Comma-separated keys of ``hookline.core.sealing``, newest first: their raw bytes. A
+    refusal says which key (by position) is wrong, never what it holds."""
+
+    def read(self, env: Env, name: str) -> tuple[bytes, ...]:
+        try:
+            return sealing.parse_keys(env.get(name) or "")
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+
+    def shown_default(self) -> str:
+        return "(none: stored in plain text)"
+
+    def accepts(self) -> str:
+        return "comma-separated keys from `hookline secrets generate-key`, newest first"
+
+
+@dataclass(frozen=True)
 class Described:
     """A variable its loader reads with rules of its own (a URL, a value whose default depends
     on another): only what the reference shows is declared here."""
@@ -280,4 +299,4 @@ class Described:
 
 
 Reader = Number | Integer | Port | Flag | Choice | Text | Address | Networks | EndpointId | \
-    ModuleNames
+    ModuleNames | EncryptionKeys

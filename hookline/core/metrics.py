@@ -84,7 +84,8 @@ RESPONSES = Counter(
 DEFERRALS = Counter(
     "hookline_deferrals",
     "Events held back before an attempt (not attempts: no retry is used), by endpoint and "
-    "reason: breaker_open, breaker_probe, blocked (Retry-After), rate_limited, in_flight.",
+    "reason: breaker_open, breaker_probe, blocked (Retry-After), rate_limited, in_flight, "
+    "secrets_unreadable.",
     ["endpoint", "reason"],
 )
 DELIVERY_LAG = Histogram(

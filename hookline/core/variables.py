@@ -15,6 +15,7 @@ from hookline.core.env import (
     Address,
     Choice,
     Described,
+    EncryptionKeys,
     EndpointId,
     Flag,
     Integer,
@@ -213,6 +214,11 @@ SETTINGS = (
          "Refuse `http://` endpoints, when they are added and at every send."),
         ("HOOKLINE_SECRET_OVERLAP", "secret_overlap", Number(DAY, maximum=30 * DAY),
          "How long an old signing secret keeps signing after a rotation."),
+        ("HOOKLINE_ENCRYPTION_KEYS", "encryption_keys", EncryptionKeys(),
+         "Keys that encrypt signing secrets and header values at rest (AES-256-GCM), newest "
+         "first: the newest seals, every one listed opens what it sealed. Every process that "
+         "reads or writes endpoints needs them (workers, the CLI, the console). A secret: "
+         "never logged or shown. See the guide on encryption at rest for rotating them."),
     ),
     *_group(
         "Flower, metrics and logs",

@@ -93,6 +93,8 @@ class Deferred:
 
 #: Deferral reasons that hold the whole endpoint, not one event.
 ENDPOINT_HOLDS = frozenset({"paused", "breaker_open", "breaker_probe", "blocked"})
+#: Seconds before a delivery whose endpoint's secrets did not open is looked at again.
+UNREADABLE_LOOK = 30.0
 #: Longest a half-open breaker's probe is taken to hold the endpoint before looking again.
 PROBE_LOOK = 2.0
 
@@ -206,6 +208,14 @@ class DeliveryEngine:
                 return self.dead_letter(request, reason, detail=admission.detail)
             case Verdict.POISON:
                 return self.dead_letter(request, "worker_lost", detail=admission.detail)
+            case Verdict.UNREADABLE:
+                # Its secrets do not open here (no key for them, or damaged): reported, never
+                # sent with a garbage signature; it waits in the schedule for a fixed key.
+                log_event("delivery.secrets_unreadable", level=logging.ERROR,
+                          endpoint_id=request.endpoint_id, event_id=request.event_id,
+                          error=admission.detail)
+                look = UNREADABLE_LOOK + self._rng.uniform(0, UNREADABLE_LOOK / 6)
+                return self._defer(request, "secrets_unreadable", look, look)
             case Verdict.CAPPED:
                 # At its max-in-flight: the worker sets it waiting for a slot of its endpoint
                 # (a Redis broker's waiting list); elsewhere it looks again shortly.

@@ -21,7 +21,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
-from standardwebhooks import Webhook
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
@@ -36,6 +35,7 @@ from hookline import __version__
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
 from hookline.core.headers import is_owned
+from hookline.core.signing import signature
 from hookline.core.ssrf import TargetRefused
 from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline, status_of
 
@@ -78,8 +78,9 @@ class AttemptResult:
 
 
 def sign(secrets: tuple[str, ...], event_id: str, sent_at: datetime, body: str) -> str:
-    """The ``webhook-signature`` header: one ``v1,...`` signature per secret, space-separated."""
-    return " ".join(Webhook(secret).sign(event_id, sent_at, body) for secret in secrets)
+    """The ``webhook-signature`` header: one signature per secret, space-separated: ``v1,...``
+    for an HMAC secret, ``v1a,...`` for an ed25519 key (:mod:`hookline.core.signing`)."""
+    return " ".join(signature(secret, event_id, sent_at, body) for secret in secrets)
 
 
 def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[str, str]:

@@ -19,7 +19,9 @@ is outside ``actor.app_scope``; every mutation refuses a read-only actor and is 
     lookup_id(given) -> str           # "ENDPOINT/EVENT_ID" or "EVENT_ID" as recorded
     require_selection(query, select_all) -> query   # an action on everything must say --all
     get(actor, entry_id) -> DeadLetter
-    replay_one(actor, entry_id) -> DeadLetter              # same webhook-id, onto the queue
+    replay_one(actor, entry_id, *, audit_as="dead_letter.replay") -> DeadLetter
+                                  # same webhook-id, onto the queue; NotReplayable (an
+                                  # InvalidField): not a valid event
     plan_replay(actor, query, *, rate=None) -> ReplayPlan  # what a replay would do
     replay(actor, plan) -> ReplayOutcome                   # hookline dlq replay
     purge(actor, entries) -> int                           # exactly those, if unchanged
@@ -296,21 +298,31 @@ def _app_of(actor: Actor) -> str | None:
     return actor.app_scope
 
 
-def replay_one(actor: Actor, entry_id: str, *, queue: DeadLetterQueue | None = None
-               ) -> DeadLetter:
-    """Send one dead letter again now (same event id), then remove it from the queue."""
+class NotReplayable(InvalidField):
+    """The dead letter is not a valid event (a ``malformed`` one): replayed, it would only
+    be dead-lettered again. The message says what is wrong with it."""
+
+    def __init__(self, entry_id: str, problem: str) -> None:
+        super().__init__("dead letter", f"dead letter {entry_id!r} is not a valid event "
+                                        f"({problem}): replayed, it would only be "
+                                        "dead-lettered again")
+
+
+def replay_one(actor: Actor, entry_id: str, *, queue: DeadLetterQueue | None = None,
+               audit_as: str = "dead_letter.replay") -> DeadLetter:
+    """Send one dead letter again now (same event id, so the same webhook-id), straight onto
+    the queue through its endpoint's gates, then remove it from the queue; audited as
+    ``audit_as`` (the event pages' replay is ``event.replay``). ``NotReplayable`` when it is
+    not a valid event."""
     actor.require_act(f"replay dead letter {entry_id}")
     queue = queue or DeadLetterQueue()
     entry = get(actor, entry_id, queue=queue)
     invalid = invalid_entries([entry])
     if invalid:
-        raise InvalidField("dead letter", f"dead letter {entry_id!r} is not a valid event "
-                                          f"({invalid[0][1]}): replayed, it would only be "
-                                          "dead-lettered again")
+        raise NotReplayable(entry_id, invalid[0][1])
     replay_entries(queue, [entry])
     endpoint = EndpointRegistry().get(entry.endpoint_id)  # its tenant's portal shows it too
-    audit.record(actor, "dead_letter.replay", entry_id,
-                 app=endpoint.app if endpoint else _app_of(actor))
+    audit.record(actor, audit_as, entry_id, app=endpoint.app if endpoint else _app_of(actor))
     return entry
 
 

@@ -6,12 +6,13 @@ that does not exist or is outside ``actor.app_scope``; one audit entry once done
 
     @dataclass(frozen=True)
     class AddedEndpoint:   summary: EndpointSummary; secret: str | None   # generated: once
+                           public_key: str | None                 # whpk_ of an ed25519 key
     @dataclass(frozen=True)
-    class RotatedSecret:   summary: EndpointSummary; secret: str
+    class RotatedSecret:   summary: EndpointSummary; secret: str | None; public_key: str | None
                            previous_until: list[float | None]   # old secrets' expiry
-    add_endpoint(actor, endpoint_id, url, *, secret=None, timeout=None, retry_policy=None,
-                 rate=None, burst=None, headers=None, app=None, event_types=None,
-                 channels=None, max_in_flight=None) -> AddedEndpoint
+    add_endpoint(actor, endpoint_id, url, *, secret=None, signature=None, timeout=None,
+                 retry_policy=None, rate=None, burst=None, headers=None, app=None,
+                 event_types=None, channels=None, max_in_flight=None) -> AddedEndpoint
     update_endpoint(actor, endpoint_id, *, url=None, secret=None, timeout=None,
                     retry_policy=None, rate=None, burst=None, headers=None,
                     remove_headers=(), app=None, event_types=None, channels=None,
@@ -22,7 +23,14 @@ that does not exist or is outside ``actor.app_scope``; one audit entry once done
     disable(actor, endpoint_id, reason="disabled by operator") -> EndpointSummary
     enable(actor, endpoint_id) -> EndpointSummary
     reset_breaker(actor, endpoint_id) -> None
-    rotate_secret(actor, endpoint_id, *, overlap=None, secret=None) -> RotatedSecret
+    rotate_secret(actor, endpoint_id, *, overlap=None, secret=None, signature=None)
+        -> RotatedSecret
+
+``signature`` is the kind of key generated when no ``secret`` is given: ``hmac`` (a
+``whsec_`` secret, in the answer once) or ``ed25519`` (a ``whsk_`` key pair: the answer carries
+its public key, never the private key); given with ``secret``, the two must agree. A rotation
+without one keeps the kind of the endpoint's newest key; with ``overlap=0`` it replaces the
+current keys at once (what ``hookline endpoint update --signature`` does).
 
 A scoped actor's endpoints stay in its application: ``add_endpoint`` puts them there (another
 application is NotFound) and ``update_endpoint`` cannot move one out. Validation and the SSRF
@@ -35,6 +43,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hookline.core.endpoint import generate_secret
+from hookline.core.endpoint_validation import validate_signature
+from hookline.core.signing import HMAC, public_key, secret_kind
 from hookline.delivery import retries
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
@@ -45,21 +56,42 @@ from hookline.store.gates import Gate
 
 @dataclass(frozen=True)
 class AddedEndpoint:
-    """The new endpoint; ``secret`` is the generated signing secret, shown this once (None
-    when the caller gave one)."""
+    """The new endpoint; ``secret`` is the generated HMAC secret, shown this once (None when
+    the caller gave one, or for an ed25519 key, whose private half is never shown);
+    ``public_key`` the ``whpk_`` key receivers verify an ed25519 endpoint with (None for
+    HMAC)."""
 
     summary: EndpointSummary
     secret: str | None
+    public_key: str | None = None
 
 
 @dataclass(frozen=True)
 class RotatedSecret:
-    """The new secret, shown this once, and when each previous secret stops signing (Unix
-    seconds; None: never), newest first."""
+    """The new key: ``secret`` a generated HMAC secret, shown this once (None when the caller
+    gave it, or for ed25519), ``public_key`` an ed25519 key's ``whpk_``; and when each previous
+    secret stops signing (Unix seconds; None: never), newest first."""
 
     summary: EndpointSummary
-    secret: str
+    secret: str | None
     previous_until: list[float | None]
+    public_key: str | None = None
+
+
+def _new_key(secret: str | None, signature: str | None, default: str) -> tuple[str, bool]:
+    """The key to install and whether it was generated here: ``secret`` if given (of kind
+    ``signature`` when both are), else a new key of kind ``signature`` (``default`` when
+    None)."""
+    secret = secret or None
+    kind = validate_signature(signature, secret)
+    if secret is not None:
+        return secret, False
+    return generate_secret(kind or default), True
+
+
+def _shown_once(key: str, generated: bool) -> str | None:
+    """What of a new key an answer may carry as ``secret``: a generated HMAC secret only."""
+    return key if generated and secret_kind(key) == HMAC else None
 
 
 def _in_scope_app(actor: Actor, app: str | None) -> str | None:
@@ -72,21 +104,26 @@ def _in_scope_app(actor: Actor, app: str | None) -> str | None:
 
 
 def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None = None,
-                 timeout: float | None = None, retry_policy: Mapping[str, Any] | None = None,
+                 signature: str | None = None, timeout: float | None = None,
+                 retry_policy: Mapping[str, Any] | None = None,
                  rate: str | None = None, burst: int | None = None,
                  headers: Mapping[str, str] | None = None, app: str | None = None,
                  event_types: Names = None, channels: Names = None,
                  max_in_flight: int | None = None) -> AddedEndpoint:
-    """Register an endpoint (``burst`` None: the registry's default)."""
+    """Register an endpoint (``burst`` None: the registry's default; ``signature`` the kind of
+    key generated without ``secret``, HMAC by default)."""
     actor.require_act(f"add endpoint {endpoint_id}")
     app = _in_scope_app(actor, app)
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
-    added = EndpointRegistry().add(endpoint_id, url, secret=secret, timeout=timeout,
+    key, generated = _new_key(secret, signature, HMAC)
+    added = EndpointRegistry().add(endpoint_id, url, secret=key, timeout=timeout,
                                    retry_policy=retry_policy, rate=rate, headers=headers,
                                    app=app, event_types=event_types, channels=channels,
                                    max_in_flight=max_in_flight, **extra)
-    audit.record(actor, "endpoint.add", added.id, app=added.app)
-    return AddedEndpoint(summary=summarize(added), secret=None if secret else added.secrets[0])
+    audit.record(actor, "endpoint.add", added.id, f"signature {secret_kind(key)}",
+                 app=added.app)
+    return AddedEndpoint(summary=summarize(added), secret=_shown_once(key, generated),
+                         public_key=public_key(key))
 
 
 def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
@@ -178,16 +215,22 @@ def reset_breaker(actor: Actor, endpoint_id: str) -> None:
 
 
 def rotate_secret(actor: Actor, endpoint_id: str, *, overlap: float | None = None,
-                  secret: str | None = None) -> RotatedSecret:
-    """A new signing secret in front; the current ones keep signing for ``overlap`` seconds
-    (``HOOKLINE_SECRET_OVERLAP`` when None). The new secret is in the answer only: the audit
-    entry says that it rotated, never what to."""
+                  secret: str | None = None, signature: str | None = None) -> RotatedSecret:
+    """A new signing key in front (of kind ``signature``; the newest key's kind when None);
+    the current ones keep signing for ``overlap`` seconds (``HOOKLINE_SECRET_OVERLAP`` when
+    None; 0 replaces them at once). A generated HMAC secret is in the answer only: the audit
+    entry names the new key's kind, never the key."""
     actor.require_act(f"rotate the secret of {endpoint_id}")
     registry = EndpointRegistry()
-    require_endpoint(actor, endpoint_id, registry)
-    rotated, new = registry.rotate_secret(endpoint_id, secret=secret, overlap=overlap)
+    current = require_endpoint(actor, endpoint_id, registry)
+    newest = secret_kind(current.secrets[0]) if current.secrets else HMAC
+    key, generated = _new_key(secret, signature, newest)
+    rotated, new = registry.rotate_secret(endpoint_id, secret=key, overlap=overlap)
     audit.record(actor, "endpoint.rotate_secret", endpoint_id,
-                 "" if overlap is None else f"overlap {overlap:g}s", app=rotated.app)
-    return RotatedSecret(summary=summarize(rotated), secret=new,
+                 ", ".join([f"signature {secret_kind(new)}",
+                            *([] if overlap is None else [f"overlap {overlap:g}s"])]),
+                 app=rotated.app)
+    return RotatedSecret(summary=summarize(rotated), secret=_shown_once(new, generated),
+                         public_key=public_key(new),
                          previous_until=[rotated.secret_expiry.get(old)
                                          for old in rotated.secrets[1:]])

@@ -12,7 +12,7 @@ exist or is outside ``actor.app_scope``)::
     breaker(actor, endpoint_id) -> BreakerStatus
     breakers(actor) -> list[BreakerStatus]            # every endpoint's, sorted by id
     # hookline.service.endpoint_actions (mutations: ReadOnly for a read-only actor; audited):
-    add_endpoint(actor, endpoint_id, url, **fields) -> AddedEndpoint
+    add_endpoint(actor, endpoint_id, url, **fields) -> AddedEndpoint   # signature=ed25519
     update_endpoint(actor, endpoint_id, **changes) -> EndpointSummary
     remove_endpoint(actor, endpoint_id) -> None
     pause(actor, endpoint_id) -> EndpointSummary
@@ -20,9 +20,12 @@ exist or is outside ``actor.app_scope``)::
     disable(actor, endpoint_id, reason="disabled by operator") -> EndpointSummary
     enable(actor, endpoint_id) -> EndpointSummary
     reset_breaker(actor, endpoint_id) -> None
-    rotate_secret(actor, endpoint_id, *, overlap=None, secret=None) -> RotatedSecret
+    rotate_secret(actor, endpoint_id, *, overlap=None, secret=None, signature=None)
+        -> RotatedSecret
 
 No view carries a secret or a header value: secrets are masked (``public``), headers are names.
+An ed25519 key's public key is no secret: ``public["public_keys"]`` holds it (None for an HMAC
+secret), beside ``public["secret_kinds"]`` (``hmac``, ``ed25519``), newest first.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ Public API::
         complete: bool                       # False: the search ran out of its time budget
     find_event(actor, event_id, *, endpoint=None, app=None, budget=None) -> EventReport
     replay_event(actor, endpoint_id, event_id) -> ReplayOutcome   # its dead letter, again
+                      # NotReplayable (hookline.service.dead_letters): not a valid event
 
 ``EventDelivery`` (``hookline.store.events``) has ``state`` (delivered, dead_lettered with
 ``dead_letter.reason``, scheduled with ``retry_due``, in_flight, pending) and ``attempts``
@@ -35,13 +36,13 @@ from typing import Any
 import redis
 
 from hookline.core.config import settings
-from hookline.core.errors import HooklineError, InvalidField
 from hookline.core.event import recorded_id
-from hookline.delivery.replay import ReplayOutcome, replay_entries
-from hookline.service import audit
-from hookline.service.actor import Actor, NotFound
+from hookline.delivery.replay import ReplayOutcome
+from hookline.service import dead_letters
+from hookline.service.actor import Actor
+from hookline.service.dead_letters import NotReplayable as NotReplayable  # re-exported
 from hookline.service.endpoints import require_endpoint
-from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetterQueue
+from hookline.store.deadletter import CONFLICT_SUFFIX
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.events import EventDelivery, EventView
 from hookline.store.fanouts import FanoutLog, PublishedEvent
@@ -58,11 +59,6 @@ from hookline.store.keys import (
 SEARCH_SECONDS = 0.2
 #: Keys (or hash fields) Redis looks at per step of the search.
 SCAN_COUNT = 2000
-
-
-class NotReplayable(HooklineError):
-    """The dead letter is not a valid event (a ``malformed`` one): replayed, it would only
-    be dead-lettered again. The message says what is wrong with it."""
 
 
 @dataclass(frozen=True)
@@ -219,32 +215,11 @@ def find_event(actor: Actor, event_id: str, *, endpoint: str | None = None,
 
 def replay_event(actor: Actor, endpoint_id: str, event_id: str) -> ReplayOutcome:
     """Send the event's dead letter at ``endpoint_id`` again, under the same event id (so the
-    same webhook-id), straight onto the queue through the endpoint's gates. Only a
+    same webhook-id), straight onto the queue through the endpoint's gates
+    (:func:`hookline.service.dead_letters.replay_one`, audited as ``event.replay``). Only a
     dead-lettered delivery can be replayed: nothing else keeps its payload. ``NotFound``
-    when there is no such dead letter (or the endpoint is out of scope)."""
-    actor.require_act(f"replay event {event_id} at {endpoint_id}")
-    endpoint = None
-    if actor.app_scope is not None:
-        endpoint = require_endpoint(actor, endpoint_id)
-    queue = DeadLetterQueue()
-    entry_id = f"{endpoint_id}/{recorded_id(event_id)}"
-    entry = queue.get(entry_id)
-    if entry is None:
-        raise NotFound("dead letter", entry_id)
-    outcome = replay_entries(queue, [entry])
-    if outcome.invalid:
-        raise NotReplayable(f"dead letter {entry_id!r} cannot be replayed: "
-                            f"{outcome.invalid[0][1]}")
-    app = endpoint.app if endpoint is not None else _app_of(endpoint_id)
-    audit.record(actor, "event.replay", entry_id, app=app)
-    return outcome
-
-
-def _app_of(endpoint_id: str) -> str | None:
-    """The application of a dead letter's endpoint, for its audit entry (None: none, gone,
-    or an id that was never valid: a malformed delivery's)."""
-    try:
-        found = EndpointRegistry().get(endpoint_id)
-    except InvalidField:
-        return None
-    return found.app if found is not None else None
+    when there is no such dead letter (or the endpoint is out of scope), ``NotReplayable``
+    when it is not a valid event."""
+    entry = dead_letters.replay_one(actor, f"{endpoint_id}/{recorded_id(event_id)}",
+                                    audit_as="event.replay")
+    return ReplayOutcome(replayed=[entry], kept=[], interval=None, spread=0.0)

@@ -5,7 +5,8 @@ application's; starting and cancelling refuse a read-only actor and are audited)
 
     start_bulk_replay(actor, query, *, rate=None) -> str    # the job id
     job(actor, job_id) -> ReplayJob      # .state running|cancelled|done|failed, .total,
-                                         # .replayed, .skipped, .finished, .params, .started_at
+                                         # .replayed, .skipped, .finished, .params, .started_at,
+                                         # .delivered (see settle)
     jobs(actor, *, limit=20) -> list[ReplayJob]             # newest first
     cancel(actor, job_id) -> ReplayJob
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from urllib.parse import urlencode
+from dataclasses import replace
 
 from hookline.core.policy import parse_rate
 from hookline.delivery.replay import DEFAULT_REPLAY_RATE, THROTTLE_ABOVE
@@ -31,6 +32,8 @@ from hookline.delivery.replay_job import enqueue_replay_job
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
 from hookline.service.dead_letters import DeadLetterQuery, scope_endpoints
+from hookline.store import delivery
+from hookline.store.deadletter import DeadLetterQueue
 from hookline.store.deadletter_index import Position, endpoint_of
 from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.endpoints import EndpointRegistry
@@ -72,6 +75,12 @@ def snapshot(positions: list[Position], rate: str | None,
     return entries
 
 
+def _described(params: dict[str, str]) -> str:
+    """A job's filters and rate as its audit entry says them, as typed (``endpoint=shop,
+    rate=1/s``; a page escapes them, nothing URL-encodes them); "all" without any."""
+    return ", ".join(f"{name}={value}" for name, value in params.items()) or "all"
+
+
 def start_bulk_replay(actor: Actor, query: DeadLetterQuery, *, rate: str | None = None,
                       pages: DeadLetterPages | None = None,
                       jobs_store: ReplayJobs | None = None) -> str:
@@ -91,7 +100,7 @@ def start_bulk_replay(actor: Actor, query: DeadLetterQuery, *, rate: str | None 
                                 session=actor.session, params=params, app=actor.app_scope,
                                 started_at=started)
     audit.record(actor, "dead_letter.bulk_replay", job_id,
-                 f"{created.total} dead letter(s) matching {urlencode(params) or 'all'}",
+                 f"{created.total} dead letter(s) matching {_described(params)}",
                  app=actor.app_scope)
     if created.total == 0:
         jobs_store.finish(job_id, "done")
@@ -100,12 +109,45 @@ def start_bulk_replay(actor: Actor, query: DeadLetterQuery, *, rate: str | None 
     return job_id
 
 
+#: Snapshot entries past the settled mark looked at per read of a job.
+SETTLE_LOOK = 500
+
+
 def job(actor: Actor, job_id: str, *, jobs_store: ReplayJobs | None = None) -> ReplayJob:
-    """A job's progress (``total``, ``replayed``, ``skipped``, ``state``)."""
-    found = (jobs_store or ReplayJobs()).get(job_id) if job_id.isalnum() else None
+    """A job's progress (``total``, ``replayed``, ``skipped``, ``state``), and how many of
+    the entries it handed over are delivered so far (``delivered``: :func:`settle`)."""
+    jobs_store = jobs_store or ReplayJobs()
+    found = jobs_store.get(job_id) if job_id.isalnum() else None
     if found is None or (actor.app_scope is not None and found.app != actor.app_scope):
         raise NotFound("replay job", job_id)
-    return found
+    return settle(found, jobs_store) if found.settled < found.cursor else found
+
+
+def settle(found: ReplayJob, jobs_store: ReplayJobs, look: int = SETTLE_LOOK) -> ReplayJob:
+    """Move the job's settled mark over the handed-over entries that have settled, in
+    snapshot (due) order: delivered, skipped, or dead-lettered again since the snapshot. At
+    most ``look`` entries per call, and it stops at the first one still on its way, so a
+    read of a large job stays bounded; the mark is kept in the job for the next read."""
+    entries = jobs_store.batch(found.id, found.settled,
+                               min(look, found.cursor - found.settled))
+    pairs = [(endpoint_of(entry.entry_id), entry.entry_id.partition("/")[2])
+             for entry in entries]
+    done = delivery.delivered(jobs_store.redis, pairs)
+    skipped = jobs_store.skipped_already(found.id, [entry.entry_id for entry in entries])
+    settled, delivered, queue = found.settled, found.delivered, DeadLetterQueue()
+    for entry, sent, passed in zip(entries, done, skipped, strict=True):
+        if not (sent or passed or _dead_lettered_again(queue, entry)):
+            break
+        settled, delivered = settled + 1, delivered + sent
+    if settled == found.settled:
+        return found
+    jobs_store.note_settled(found.id, settled, delivered)
+    return replace(found, settled=settled, delivered=delivered)
+
+
+def _dead_lettered_again(queue: DeadLetterQueue, entry: SnapshotEntry) -> bool:
+    again = queue.get(entry.entry_id)
+    return again is not None and again.dead_lettered_at > entry.dead_lettered_at
 
 
 def jobs(actor: Actor, *, limit: int = 20, jobs_store: ReplayJobs | None = None

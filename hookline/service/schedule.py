@@ -7,10 +7,15 @@ Public API::
     due_counts(actor, *, cursor=None, limit=50) -> Page[EndpointDue]   # busiest first
     soonest_retries(actor, *, endpoint=None, cursor=None, limit=50) -> Page[ScheduledRetry]
     list_retries(actor, *, endpoint=None, limit=100) -> RetryList      # retries, more, now
+    waiting_jobs(actor, *, limit=20) -> list[WaitingJob]   # bulk replay jobs' next runs
 
 Times are Redis time (Unix seconds). A scoped actor sees only its application's endpoints'
-retries; another endpoint is NotFound. Payloads are in ``ScheduledRetry`` (the CLI's
-``--json`` prints them): a face that must not show them leaves them out.
+retries; another endpoint is NotFound. A bulk replay job waiting for its next batch parks its
+next run in the schedule under a stand-in endpoint (``CONTINUATIONS``): it is no endpoint's
+retry, so the totals, due counts and soonest retries leave it out and ``waiting_jobs`` lists
+it (the oldest due and the release lag still count it: the releaser releases it too).
+Payloads are in ``ScheduledRetry`` (the CLI's ``--json`` prints them): a face that must not
+show them leaves them out.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from hookline.service.actor import Actor
 from hookline.service.endpoints import all_endpoints, require_endpoint
 from hookline.service.pages import Page, bounded_limit
 from hookline.store.connection import redis_time
-from hookline.store.schedule import RetrySchedule, ScheduledRetry, ScheduleStats
+from hookline.store.replay_jobs import CONTINUATIONS, ReplayJobs
+from hookline.store.schedule import RetrySchedule, ScheduledRetry, ScheduleStats, retry_endpoint
 from hookline.store.scheduled import PAGE
 
 
@@ -35,6 +41,15 @@ class EndpointDue:
     endpoint_id: str
     count: int
     oldest_due: float | None
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    """A bulk replay job waiting in the schedule for its next batch: its id and when its next
+    run is due (0: being released)."""
+
+    job_id: str
+    next_run: float
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,8 @@ def _offset(cursor: str | None) -> int:
 def _visible_counts(actor: Actor, schedule: RetrySchedule,
                     stats: ScheduleStats) -> dict[str, int]:
     if actor.app_scope is None:
-        return stats.by_endpoint
+        return {endpoint_id: count for endpoint_id, count in stats.by_endpoint.items()
+                if endpoint_id != CONTINUATIONS}
     own = {item.id for item in all_endpoints(actor)}
     return {endpoint_id: count for endpoint_id, count in stats.by_endpoint.items()
             if endpoint_id in own}
@@ -105,9 +121,10 @@ def schedule_stats(actor: Actor) -> ScheduleStats:
     """``hookline stats``' schedule lines: every retry, or a scoped actor's own."""
     schedule = RetrySchedule()
     stats = schedule.stats()
-    if actor.app_scope is None:
-        return stats
     counts = _visible_counts(actor, schedule, stats)
+    if actor.app_scope is None:
+        return ScheduleStats(total=stats.total - stats.by_endpoint.get(CONTINUATIONS, 0),
+                             by_endpoint=counts, oldest_due=stats.oldest_due, lag=stats.lag)
     dues = [due for due in (_oldest_due(schedule, endpoint_id) for endpoint_id in counts)
             if due is not None]
     oldest = min(dues, default=None)
@@ -137,11 +154,15 @@ def due_counts(actor: Actor, *, cursor: str | None = None,
 
 
 def _soonest_everywhere(schedule: RetrySchedule, upto: int) -> list[str]:
-    """The ids of the ``upto`` soonest-due retries across the shards (ZRANGE of each)."""
+    """The ids of the ``upto`` soonest-due retries across the shards (ZRANGE of each), the
+    jobs' next runs left out (each shard's head read that many further)."""
+    waiting = int(schedule.redis.hget(schedule.shard_of(CONTINUATIONS).counts,
+                                      CONTINUATIONS) or 0)
     heads: list[tuple[float, str]] = []
     for shard in schedule.shards:
         heads += [(score, retry_id) for retry_id, score in
-                  schedule.redis.zrange(shard.due, 0, upto - 1, withscores=True)]
+                  schedule.redis.zrange(shard.due, 0, upto + waiting - 1, withscores=True)
+                  if retry_endpoint(retry_id) != CONTINUATIONS]
     return [retry_id for _, retry_id in heapq.nsmallest(upto, heads)]
 
 
@@ -185,3 +206,21 @@ def list_retries(actor: Actor, *, endpoint: str | None = None, limit: int = 100)
                                   key=lambda retry: (retry.due, retry.id))
     return RetryList(retries=retries[:limit], more=len(retries) > limit,
                      now=redis_time(schedule.redis) if retries else 0.0)
+
+
+def waiting_jobs(actor: Actor, *, limit: int = 20) -> list[WaitingJob]:
+    """The bulk replay jobs whose next run waits in the schedule, soonest first (a scoped
+    actor: its application's); at most ``limit``."""
+    schedule = RetrySchedule()
+    runs = sorted(schedule.scheduled(CONTINUATIONS), key=lambda retry: (retry.due, retry.id))
+    if actor.app_scope is not None:
+        records = ReplayJobs(schedule.redis)
+        runs = [run for run in runs if _job_of(records, run.event_id, actor.app_scope)]
+    return [WaitingJob(job_id=run.event_id, next_run=run.due)
+            for run in runs[:bounded_limit(limit)]]
+
+
+def _job_of(records: ReplayJobs, job_id: str, app: str) -> bool:
+    """Whether job ``job_id`` exists and was started for application ``app``."""
+    found = records.get(job_id)
+    return found is not None and found.app == app

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hookline.core.config import settings
-from hookline.core.endpoint import Endpoint
+from hookline.core.endpoint import Endpoint, SealedRecordError
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
@@ -46,6 +46,9 @@ class Verdict(enum.StrEnum):
     DEFERRED = "deferred"
     POISON = "poison"
     CAPPED = "capped"
+    #: Admitted, but the endpoint's secrets do not open (``SealedRecordError``): the lease is
+    #: given back and nothing is sent.
+    UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,12 @@ class Gate:
         verdict = Verdict(reply[0])
         if verdict is Verdict.ADMITTED:
             fields = dict(zip(reply[4::2], reply[5::2], strict=True))
-            return Admission(verdict, endpoint=Endpoint.from_hash(endpoint_id, fields),
+            try:
+                endpoint = Endpoint.from_hash(endpoint_id, fields)
+            except SealedRecordError as exc:
+                self.release_dead(endpoint_id, event_id, token)  # this attempt's own lease
+                return Admission(Verdict.UNREADABLE, detail=str(exc))
+            return Admission(verdict, endpoint=endpoint,
                              transition=reply[1], probe=reply[2] == "1",
                              redis_ms=int(reply[3]), monotonic=time.monotonic())
         if verdict is Verdict.DEFERRED:

@@ -82,10 +82,19 @@ class ReplayJob:
     app: str = ""
     finished_at: float | None = None
     detail: str = ""
+    #: Snapshot positions before this one have settled (delivered, skipped or dead-lettered
+    #: again), ``delivered`` of them delivered (``hookline.service.replay_jobs.settle``).
+    settled: int = 0
+    delivered: int = 0
 
     @property
     def finished(self) -> bool:
         return self.state != "running"
+
+    @property
+    def settling(self) -> bool:
+        """Whether what the job handed over is still going out (its page keeps refreshing)."""
+        return self.state == "running" or self.settled < self.cursor
 
 
 class ReplayJobs:
@@ -136,7 +145,8 @@ class ReplayJobs:
             session=data.get("session", ""), started_at=float(data["started_at"]),
             params=json.loads(data.get("params") or "{}"), app=data.get("app", ""),
             finished_at=float(finished_at) if finished_at else None,
-            detail=data.get("detail", ""))
+            detail=data.get("detail", ""), settled=int(data.get("settled") or 0),
+            delivered=int(data.get("delivered") or 0))
 
     def recent(self, *, limit: int = 20) -> list[ReplayJob]:
         """The newest jobs first (ones whose record expired are forgotten)."""
@@ -155,12 +165,23 @@ class ReplayJobs:
         rows = self.redis.lrange(keys.replay_job_entries_key(job_id), start, start + count - 1)
         return [SnapshotEntry.from_json(row) for row in rows]
 
+    def note_settled(self, job_id: str, settled: int, delivered: int) -> None:
+        """Record how far the job's entries have settled (one HSET: the two agree)."""
+        self.redis.hset(keys.replay_job_key(job_id),
+                        mapping={"settled": settled, "delivered": delivered})
+
+    def skipped_already(self, job_id: str, entry_ids: Sequence[str]) -> list[bool]:
+        """For each id, whether this job skipped it."""
+        return self._members(keys.replay_job_skipped_key(job_id), entry_ids)
+
     def replayed_already(self, job_id: str, entry_ids: Sequence[str]) -> list[bool]:
         """For each id, whether this job recorded it replayed (by a run that crashed after)."""
+        return self._members(keys.replay_job_replayed_key(job_id), entry_ids)
+
+    def _members(self, key: str, entry_ids: Sequence[str]) -> list[bool]:
         if not entry_ids:
             return []
-        found = self.redis.smismember(keys.replay_job_replayed_key(job_id), list(entry_ids))
-        return [bool(n) for n in found]
+        return [bool(n) for n in self.redis.smismember(key, list(entry_ids))]
 
     def mark_replayed(self, job_id: str, entry_ids: Sequence[str]) -> None:
         """Record ``entry_ids`` replayed before they leave the dead-letter queue: a crash in

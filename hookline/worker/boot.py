@@ -12,6 +12,7 @@ import logging
 import os
 from typing import Any
 
+import redis
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -45,6 +46,37 @@ def _check_versions(sender: Any = None, **_: object) -> None:
     except compat.UnsupportedVersion as exc:
         log_event("worker.unsupported_versions", level=logging.CRITICAL, error=str(exc))
         raise SystemExit(f"hookline: {exc}") from None
+
+
+@worker_init.connect
+def _check_secrets_at_rest(sender: Any = None, **_: object) -> None:
+    """Before the pool starts: refuse to start when an endpoint's secrets are encrypted with a
+    key this worker lacks (it would sign nothing), report the damaged ones (they are never
+    sent), and say once that secrets are stored in plain text when no key is set."""
+    if not _ours(sender):
+        return
+    from hookline.store import sealed
+
+    try:
+        found = sealed.census()
+    except redis.RedisError as exc:
+        log_event("secrets.unchecked", level=logging.WARNING, error=type(exc).__name__)
+        return
+    missing = [error for error in found.unreadable if error.missing_key]
+    if missing:
+        log_event("worker.missing_encryption_key", level=logging.CRITICAL,
+                  endpoints=len(missing), error=str(missing[0]))
+        raise SystemExit(f"hookline: {len(missing)} endpoint(s) cannot be read: {missing[0]}")
+    for error in found.unreadable:
+        log_event("secrets.unreadable", level=logging.ERROR, endpoint_id=error.endpoint_id,
+                  error=str(error))
+    if not settings().encryption_keys:
+        log_event("secrets.plain_text", level=logging.WARNING,
+                  detail="signing secrets and header values are stored in plain text in "
+                         "Redis: set HOOKLINE_ENCRYPTION_KEYS (hookline secrets generate-key)")
+    elif found.plain:
+        log_event("secrets.partly_plain", level=logging.WARNING, fields=found.plain,
+                  detail="some are stored in plain text: run 'hookline secrets reencrypt'")
 
 
 @after_setup_logger.connect

@@ -142,3 +142,32 @@ def test_the_audit_log_names_the_django_user_and_never_the_session_key(django_pr
     [entry] = audit.recent(Actor("test", "t")).items
     assert entry.actor == f"django:{user.username}"
     assert client.session.session_key not in entry.session
+
+
+@pytest.fixture
+def framed_by(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Sets HOOKLINE_CONSOLE_FRAME_ANCESTORS for a console built afresh; the next test gets
+    one built from its own environment."""
+    from hookline.contrib.django.console import console
+
+    def setting(value: str) -> None:
+        monkeypatch.setenv("HOOKLINE_CONSOLE_FRAME_ANCESTORS", value)
+        console.cache_clear()
+
+    yield setting
+    console.cache_clear()
+
+
+def test_the_pages_that_may_frame_it_come_from_the_consoles_setting(django_project, endpoint,
+                                                                    framed_by):
+    from hookline.core.env import ConfigError
+
+    framed_by("https://admin.example.com 'self'")
+    answer = _client(_user("view_console")).get("/hookline/endpoints")
+    assert answer.status_code == 200
+    policy = answer["Content-Security-Policy"]
+    assert "frame-ancestors https://admin.example.com 'self';" in policy
+    assert "X-Frame-Options" not in answer
+    framed_by("javascript:alert(1)")
+    with pytest.raises(ConfigError, match=r"^HOOKLINE_CONSOLE_FRAME_ANCESTORS: "):
+        _client(_user("view_console")).get("/hookline/endpoints")

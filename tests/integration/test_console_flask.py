@@ -121,6 +121,18 @@ def test_links_carry_the_mount_prefix_and_responses_the_console_headers(endpoint
     assert "Path=/ops/hookline" in cookie and "HttpOnly" in cookie
 
 
+def test_without_frame_ancestors_the_consoles_setting_names_who_may_frame_it(endpoint,
+                                                                             monkeypatch):
+    monkeypatch.setenv("HOOKLINE_CONSOLE_FRAME_ANCESTORS", "https://admin.example.com")
+    answer = host().test_client().get("/ops/hookline/endpoints", headers={"X-User": "vera"})
+    assert "frame-ancestors https://admin.example.com;" in answer.headers["Content-Security-Policy"]
+    assert "X-Frame-Options" not in answer.headers
+    monkeypatch.delenv("HOOKLINE_CONSOLE_FRAME_ANCESTORS")
+    answer = host().test_client().get("/ops/hookline/endpoints", headers={"X-User": "vera"})
+    assert "frame-ancestors 'none';" in answer.headers["Content-Security-Policy"]
+    assert answer.headers["X-Frame-Options"] == "DENY"
+
+
 def _basic(user: str, password: str) -> dict[str, str]:
     encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
     return {"Authorization": f"Basic {encoded}"}

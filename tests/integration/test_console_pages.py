@@ -13,16 +13,21 @@ import time
 import pytest
 from werkzeug.test import Client
 
+import hookline.service.replay_jobs
 from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.console import make_app
 from hookline.console.security import SignedTokens
-from hookline.service import audit
+from hookline.delivery.replay_job import JobRunner
+from hookline.service import audit, replay_jobs
 from hookline.service.actor import Actor
+from hookline.service.dead_letters import DeadLetterQuery
 from hookline.store import keys
 from hookline.store.apps import AppRegistry
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
+from hookline.store.replay_jobs import CONTINUATIONS
+from hookline.store.schedule import RetrySchedule
 from tests.conftest import wait_until
 from tests.support.console import Browser, console
 
@@ -75,6 +80,27 @@ def test_endpoints_come_a_page_at_a_time(app, shop):
     assert sorted(seen) == ["shop-1", "shop-2", "shop-3"]
 
 
+def test_applications_come_a_page_at_a_time(app, quiet_redis):
+    names = [f"app-{number:02d}" for number in range(7)]
+    for name in names:
+        AppRegistry().add(name)
+    EndpointRegistry().add("app-03-hook", "http://127.0.0.1:9/hook", app="app-03")
+    browser = Browser(app)
+    seen: list[str] = []
+    path = "/apps?limit=3"
+    while path:
+        page = browser.get(path).get_data(as_text=True)
+        rows = re.findall(r'<tr data-app-id="([^"]+)"', page)
+        assert len(rows) <= 3
+        seen += rows
+        following = re.search(r'id="next-page"[^>]*href="([^"]+)"', page)
+        path = following[1].replace("&amp;", "&") if following else ""
+    assert seen == names
+    assert 'id="first-page"' in page and '<td class="number">1</td>' not in page
+    assert '<td class="number">1</td>' in browser.get("/apps?limit=3&cursor=3").get_data(
+        as_text=True)  # app-03's endpoint, counted on its page
+
+
 def test_pause_resume_disable_enable_and_reset_are_done_and_audited(app, shop):
     browser = Browser(app)
     for action, check in (("pause", lambda e: e.paused_at is not None),
@@ -103,6 +129,24 @@ def test_a_rotated_secret_is_shown_once(app, shop):
     assert EndpointRegistry().get("shop-3").secrets[0] == secret
     for path in ("/endpoints/shop-3", "/endpoints", "/audit"):
         assert secret not in browser.get(path).get_data(as_text=True), path
+
+
+def test_switching_to_ed25519_shows_the_public_key_and_keeps_the_old_secret_signing(app, shop):
+    browser = Browser(app)
+    old = EndpointRegistry().require("shop-3").secrets[0]
+    answer = browser.post("/endpoints/shop-3/rotate-secret", {"signature": "ed25519"},
+                          token_from="/endpoints/shop-3").get_data(as_text=True)
+    public_key = re.search(r'id="new-public-key">([^<]+)<', answer)[1]
+    assert public_key.startswith("whpk_") and 'id="new-secret"' not in answer
+    endpoint = EndpointRegistry().require("shop-3")
+    assert endpoint.secrets[0].startswith("whsk_") and endpoint.secrets[1] == old
+    page = browser.get("/endpoints/shop-3").get_data(as_text=True)
+    assert public_key in page and 'data-kind="ed25519"' in page and 'data-kind="hmac"' in page
+    assert endpoint.secrets[0] not in page and old not in page
+    refused = browser.post("/endpoints/shop-3/rotate-secret", {"signature": "rsa"},
+                           token_from="/endpoints/shop-3")
+    assert refused.status_code == 400 and "signature &#39;rsa&#39; must be one of" in \
+        refused.get_data(as_text=True)
 
 
 def test_dead_letter_filters_are_bookmarkable_and_replay_keeps_them(app, shop):
@@ -178,3 +222,38 @@ def test_mounted_under_a_prefix_every_link_carries_it(shop):
     links = re.findall(r'(?:href|action|src)="(/[^"]*)"', page)
     assert links and all(link.startswith("/ops/hookline/") for link in links), links
     assert client.get("/ops/hookline/static/console.css").status_code == 200
+
+
+def test_a_bulk_replay_job_waiting_in_the_schedule_is_shown_as_that_job(app, quiet_redis,
+                                                                        monkeypatch):
+    """Its next run is parked under a stand-in endpoint: the schedule page counts it under
+    no endpoint and lists it as the job, linking to the job's page."""
+    monkeypatch.setattr(hookline.service.replay_jobs, "enqueue_replay_job", lambda job: None)
+    EndpointRegistry().add("shop-1", "http://127.0.0.1:9/hook/1")
+    for number in range(12):
+        DeadLetterQueue().add(DeadLetter(endpoint_id="shop-1", event_id=f"wait-{number}",
+                                         event_type="t", payload={}, reason="rejected"))
+    job_id = replay_jobs.start_bulk_replay(Actor("alice", "s"),
+                                           DeadLetterQuery(endpoint="shop-1"), rate="1/s")
+    assert JobRunner(job_id, sleep=lambda seconds: None).run() == "waiting"
+    parked = len(list(RetrySchedule().scheduled("shop-1")))  # the batch handed over
+    assert parked > 0
+    page = Browser(app).get("/schedule").get_data(as_text=True)
+    assert CONTINUATIONS not in page
+    assert f'id="scheduled-total">{parked}<' in page
+    assert re.findall(r'<tr data-endpoint-id="([^"]+)"', page) == ["shop-1"]
+    waiting = re.search(r'<ul id="waiting-jobs">.*?</ul>', page, re.S)[0]
+    assert f'href="/dead-letters/jobs/{job_id}"' in waiting and "next run at" in waiting
+    soonest = re.findall(r'<tr data-retry-id="([^"]+)"', page)
+    assert len(soonest) == parked and all(ident.startswith("shop-1/") for ident in soonest)
+
+
+def test_the_audit_log_shows_a_jobs_filters_as_typed(app, shop, monkeypatch):
+    monkeypatch.setattr(hookline.service.replay_jobs, "enqueue_replay_job", lambda job: None)
+    query = DeadLetterQuery.from_params({"endpoint": "shop-1", "since": "1h"})
+    replay_jobs.start_bulk_replay(Actor("alice", "s"), query, rate="1/s")
+    [entry] = audit.recent(Actor("test", "t")).items
+    since = query.to_params()["since"]
+    assert entry.detail == f"3 dead letter(s) matching endpoint=shop-1, since={since}, rate=1/s"
+    page = Browser(app).get("/audit").get_data(as_text=True)
+    assert f"endpoint=shop-1, since={since}, rate=1/s</td>" in page and "%2F" not in page

@@ -19,12 +19,14 @@ from werkzeug.test import Client
 from werkzeug.wrappers import Response
 
 from hookline.console.portal import SESSION_COOKIE, PortalRequestHandler, portal_app
+from hookline.core.config import settings
 from hookline.service import portal, replay_jobs
 from hookline.service.actor import Actor
 from hookline.service.dead_letters import DeadLetterQuery
 from hookline.store.apps import AppRegistry
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
+from hookline.store.gates import Gate
 
 KEY = "k" * 40
 OPERATOR = Actor(name="alice", session="s-1")
@@ -106,6 +108,30 @@ def test_a_link_opens_a_session_and_leaves_a_clean_url(tenants, env):
     assert "frame-ancestors 'none'" in home.headers["Content-Security-Policy"]
 
 
+def open_breaker(endpoint_id: str) -> None:
+    """Open the breaker of ``endpoint_id`` as a worker would: threshold failed attempts."""
+    gate = Gate()
+    for n in range(settings().breaker_threshold):
+        assert gate.admit(endpoint_id, f"e{n}", f"t{n}").verdict == "admitted"
+        gate.settle(endpoint_id, f"e{n}", f"t{n}", "failed")
+
+
+def breaker_shown(page: str, endpoint_id: str) -> str:
+    """The breaker state the endpoint list shows in ``endpoint_id``'s row."""
+    row = re.search(rf'<tr data-endpoint-id="{endpoint_id}">(.*?)</tr>', page, re.S)
+    assert row, endpoint_id
+    cell = re.search(r'<td class="state-(\w+)" data-breaker-state="\1">\1</td>', row[1])
+    assert cell, row[1]
+    return cell[1]
+
+
+def test_the_endpoint_list_shows_an_open_breaker_as_open(tenants, env):
+    open_breaker("a-1")
+    page = Tenant(portal_app(env), link()).text("/")
+    assert breaker_shown(page, "a-1") == "open"
+    assert breaker_shown(page, "a-2") == "closed"
+
+
 def test_a_tenant_sees_its_events_and_dead_letters(tenants, env):
     tenant = Tenant(portal_app(env), link())
     letters = tenant.text("/dead-letters")
@@ -114,6 +140,19 @@ def test_a_tenant_sees_its_events_and_dead_letters(tenants, env):
     assert "evt-a" in tenant.text("/dead-letters/entry?id=a-1/evt-a")
     report = tenant.text("/events?event_id=evt-a")
     assert 'data-found="true"' in report and 'data-endpoint-id="a-1"' in report
+
+
+def test_a_tenant_is_not_shown_what_only_an_operator_sees(tenants, env):
+    DeadLetterQueue().add(DeadLetter(endpoint_id="a-2", event_id="evt-d", event_type="t.x",
+                                     payload={}, reason="refused", detail="detail-for-ops",
+                                     last_status=None, attempts=1, last_error="error-for-ops"))
+    tenant = Tenant(portal_app(env), link())
+    for path in ("/events?event_id=evt-d", "/dead-letters", "/dead-letters/entry?id=a-2/evt-d"):
+        page = tenant.text(path)
+        assert "evt-d" in page and "detail-for-ops" not in page, path
+    for path in ("/events?event_id=evt-d", "/dead-letters"):
+        assert "error-for-ops" not in tenant.text(path), path
+    assert 'id="bulk-replay-link"' not in tenant.text("/dead-letters")
 
 
 #: Every portal route with another application's endpoint, event, dead letter or job id.
@@ -249,6 +288,12 @@ def test_a_tenant_manages_its_endpoints(tenants, env):
     replayed = tenant.post("/dead-letters/replay", {"entry_id": "a-1/evt-a"})
     assert replayed.status_code == 303
     assert DeadLetterQueue().get("a-1/evt-a") is None
+    signed = tenant.post("/endpoints", {"endpoint_id": "a-4", "url": "http://127.0.0.1:9/a4",
+                                        "signature": "ed25519"}).get_data(as_text=True)
+    public_key = re.search(r'id="new-public-key">([^<]+)<', signed)[1]
+    assert 'id="new-secret"' not in signed
+    assert EndpointRegistry().require("a-4").secrets[0].startswith("whsk_")
+    assert public_key in tenant.text("/endpoints/a-4")
 
 
 def test_the_token_is_never_logged(tenants, env, caplog):

@@ -14,7 +14,7 @@ import pytest
 import hookline.service.replay_jobs
 from hookline.core.errors import InvalidField
 from hookline.delivery.replay_job import JobRunner
-from hookline.service import audit, dead_letters, replay_jobs
+from hookline.service import audit, dead_letters, events, replay_jobs, schedule
 from hookline.service.actor import Actor, NotFound, ReadOnly
 from hookline.service.dead_letters import DeadLetterQuery, InvalidQuery
 from hookline.store.apps import AppRegistry
@@ -158,6 +158,25 @@ def test_actions_are_audited_with_who_and_which_session(letters, published) -> N
         "alice", "session-1", "dead_letter.replay", "ep-a1/ev-0000")
 
 
+def test_both_replays_of_one_dead_letter_refuse_one_that_is_not_a_valid_event(letters,
+                                                                              published):
+    """The event page's replay is the dead-letter page's, audited under its own name: the
+    same refusal (an InvalidField), nothing sent, the entry kept."""
+    DeadLetterQueue().add(DeadLetter("ep-a1", "bad-1", "", {"n": 1}, "malformed"))
+    for replay in (lambda: dead_letters.replay_one(OPERATOR, "ep-a1/bad-1"),
+                   lambda: events.replay_event(OPERATOR, "ep-a1", "bad-1")):
+        with pytest.raises(InvalidField, match=r"^dead letter 'ep-a1/bad-1' is not a valid "
+                                               r"event \(.+\): replayed, it would only be "):
+            replay()
+    assert events.NotReplayable is dead_letters.NotReplayable
+    assert DeadLetterQueue().get("ep-a1/bad-1") is not None
+    assert published.events == [] and audit.recent(OPERATOR).items == []
+    outcome = events.replay_event(TENANT, "ep-a1", "ev-0000")
+    assert [entry.id for entry in outcome.replayed] == ["ep-a1/ev-0000"]
+    [entry] = audit.recent(OPERATOR).items
+    assert (entry.action, entry.target, entry.app) == ("event.replay", "ep-a1/ev-0000", "app-a")
+
+
 # -- the bulk replay job, run in this process ------------------------------------------------
 
 
@@ -259,6 +278,26 @@ def test_a_job_waiting_for_its_next_batch_parks_its_next_run_and_ends(letters, q
     assert replay_jobs.cancel(OPERATOR, job_id).state == "cancelled"
     assert list(schedule.scheduled(CONTINUATIONS)) == []
     assert JobRunner(job_id, sleep=slept.append).run() == "cancelled" and slept == []
+
+
+def test_a_waiting_jobs_next_run_is_listed_as_the_job_not_as_an_endpoints_retry(
+        letters, queued) -> None:
+    job_id = replay_jobs.start_bulk_replay(OPERATOR, DeadLetterQuery(endpoint="ep-a1"),
+                                           rate="1/s")
+    own = replay_jobs.start_bulk_replay(TENANT, DeadLetterQuery(endpoint="ep-a2"), rate="1/s")
+    assert run(job_id) == "waiting" and run(own) == "waiting"
+    waiting = schedule.waiting_jobs(OPERATOR)
+    assert sorted(found.job_id for found in waiting) == sorted([job_id, own])
+    assert all(found.next_run > time.time() for found in waiting)
+    assert [found.job_id for found in schedule.waiting_jobs(TENANT)] == [own]
+    stats = schedule.schedule_stats(OPERATOR)
+    assert set(stats.by_endpoint) == {"ep-a1", "ep-a2"}
+    assert stats.total == sum(stats.by_endpoint.values())
+    assert {row.endpoint_id for row in schedule.due_counts(OPERATOR).items} == {"ep-a1", "ep-a2"}
+    soonest = schedule.soonest_retries(OPERATOR, limit=5)
+    assert len(soonest.items) == 5 and soonest.next_cursor == "5"
+    assert all(retry.endpoint_id != CONTINUATIONS for retry in schedule.soonest_retries(
+        OPERATOR, limit=100).items)
 
 
 def test_a_cancelled_job_stops_and_another_runners_lease_is_respected(letters, queued) -> None:

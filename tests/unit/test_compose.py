@@ -466,7 +466,8 @@ def _compose_plugin() -> str | None:
 
 
 #: The variables the file interpolates; the secrets have no default.
-SECRETS = {"REDIS_PASSWORD": "0123abcd" * 3, "FLOWER_BASIC_AUTH": "admin:s3cret"}
+SECRETS = {"REDIS_PASSWORD": "0123abcd" * 3, "FLOWER_BASIC_AUTH": "admin:s3cret",
+           "HOOKLINE_ENCRYPTION_KEYS": "hlkey_" + "A" * 43}
 _OPTIONAL = ("HOOKLINE_ALLOWED_NETWORKS", "REDIS_MAXMEMORY")
 
 
@@ -571,7 +572,7 @@ def test_docker_compose_config_accepts_the_rabbitmq_override(tmp_path) -> None:
         pytest.skip("the docker CLI's Compose plugin is not installed (`docker compose "
                     "version` fails); the file checks above still run")
     env = {**os.environ, "REDIS_PASSWORD": "x" * 8, "FLOWER_BASIC_AUTH": "a:b",
-           "RABBITMQ_PASSWORD": "y" * 8}
+           "RABBITMQ_PASSWORD": "y" * 8, "HOOKLINE_ENCRYPTION_KEYS": "hlkey_" + "A" * 43}
     result = subprocess.run(["docker", "compose", "-f", str(COMPOSE_FILE), "-f",
                              str(RABBITMQ_FILE), "config", "--quiet"], env=env,
                             capture_output=True, text=True, check=False, cwd=tmp_path)

@@ -24,9 +24,9 @@ VARIABLE = re.compile(r"""["'](?P<name>(?:HOOKLINE|CELERY)_[A-Z0-9_]*[A-Z0-9])""
 #: A name read from the environment whatever its prefix.
 ENVIRON_READ = re.compile(r"""os\.(?:environ\.get|getenv)\(\s*["'](?P<name>[A-Z][A-Z0-9_]*)["']""")
 #: History that belongs in CHANGELOG.md: "issue 23", "issues 12", "#23", and commit ids (7 to 40
-#: hex digits with at least one letter and one digit).
+#: hex digits with at least one letter and one digit; the word ed25519 is not one).
 ISSUE = re.compile(r"\bissues? \d+|(?<![\w/&#])#\d+\b", re.IGNORECASE)
-COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+COMMIT = re.compile(r"\b(?!ed25519\b)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 
 
 def _reference_module():

@@ -15,6 +15,8 @@ Every POST passes Django's own CSRF check (``csrf_protect`` on the view, whether
 project has ``CsrfViewMiddleware``), and the console's forms carry Django's
 ``csrfmiddlewaretoken``. The pages are the one console application
 (:func:`hookline.console.make_app`); its links carry the prefix the project includes it under.
+Pages named in ``HOOKLINE_CONSOLE_FRAME_ANCESTORS`` may frame it, as they may the standalone
+console (none by default).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from hookline.console.app import Console, make_app
 from hookline.console.mount import (
     Mounted,
     call_console,
+    frame_ancestors,
     host_actor,
     host_authorizer,
     host_request,
@@ -62,8 +65,10 @@ def _django_token(request: Request) -> str:
 
 @cache
 def console() -> Console:
-    """The one console application of this process, built on first use."""
-    return make_app(host_authorizer, csrf=HostCsrf(CSRF_FIELD, _django_token))
+    """The one console application of this process, built on first use (framed as
+    ``HOOKLINE_CONSOLE_FRAME_ANCESTORS`` says then)."""
+    return make_app(host_authorizer, csrf=HostCsrf(CSRF_FIELD, _django_token),
+                    frame_ancestors=frame_ancestors())
 
 
 def _actor_for(request: HttpRequest) -> Any:
