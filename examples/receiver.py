@@ -94,12 +94,17 @@ class Receiver:
         #: When set, one JSON line per request (at, path, webhook_id, status) is appended here.
         self.record_file = open(record_to, "a", buffering=1) if record_to else None  # noqa: SIM115
         self.default: Behaviour = always(Reply(204))
+        #: Replies for given webhook-ids (answer_event), before any route's behaviour.
+        self.by_event: dict[str, Reply] = {}
         self.received: list[Received] = []
         self._attempts: Counter[tuple[str, str]] = Counter()
         #: Requests being answered now, and the most at once, per path (a request counts from
         #: its arrival until its answer is written).
         self.in_flight: Counter[str] = Counter()
         self.most_in_flight: Counter[str] = Counter()
+        #: The same per ordering key (an ordered endpoint's Hookline-Ordering-Key header).
+        self.in_flight_by_key: Counter[str] = Counter()
+        self.most_in_flight_by_key: Counter[str] = Counter()
         self._changed = threading.Condition()
         self.server = _Server((host, port), self._handler_class())
         self._thread: threading.Thread | None = None
@@ -110,6 +115,15 @@ class Receiver:
 
     def url(self, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    def answer_event(self, webhook_id: str, reply: Reply | None) -> None:
+        """Answer every request carrying ``webhook_id`` with ``reply``, whatever its route
+        (None: as its route does again)."""
+        with self._changed:
+            if reply is None:
+                self.by_event.pop(webhook_id, None)
+            else:
+                self.by_event[webhook_id] = reply
 
     def route(self, path: str, behaviour: Behaviour) -> str:
         """Answer requests to ``path`` with ``behaviour``; returns the route's URL."""
@@ -151,7 +165,7 @@ class Receiver:
         with self._changed:
             self._attempts[(path, webhook_id)] += 1
             attempt = self._attempts[(path, webhook_id)]
-        reply = self.routes.get(path, self.default)(attempt)
+        reply = self.by_event.get(webhook_id) or self.routes.get(path, self.default)(attempt)
         received = Received(path, headers, body, time.time(), webhook_id, attempt, reply.status)
         with self._changed:
             self.received.append(received)
@@ -169,16 +183,23 @@ class Receiver:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
+                key = self.headers.get("Hookline-Ordering-Key")
                 with receiver._changed:
                     receiver.in_flight[self.path] += 1
                     receiver.most_in_flight[self.path] = max(
                         receiver.most_in_flight[self.path], receiver.in_flight[self.path])
+                    if key is not None:
+                        receiver.in_flight_by_key[key] += 1
+                        receiver.most_in_flight_by_key[key] = max(
+                            receiver.most_in_flight_by_key[key], receiver.in_flight_by_key[key])
                     receiver._changed.notify_all()
                 try:
                     self._answer()
                 finally:
                     with receiver._changed:
                         receiver.in_flight[self.path] -= 1
+                        if key is not None:
+                            receiver.in_flight_by_key[key] -= 1
                         receiver._changed.notify_all()
 
             def _answer(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from hookline.core.config import settings
 from hookline.core.endpoint import UnknownEndpoint
 from hookline.core.errors import HooklineError, InvalidField
-from hookline.core.event import check_deadline, validate_event
+from hookline.core.event import check_deadline, check_ordering_key, validate_event
 from hookline.core.identity import content_digest
 from hookline.core.messages import shown_args
 from hookline.delivery.publisher import claims_on_publish, enqueue_delivery
@@ -59,6 +59,8 @@ class PreparedEvent:
     digest: str = ""
     #: The id is not claimed yet: the publish claims it (``hookline_claim``, claim_push.lua).
     unclaimed: bool = False
+    #: An ordered endpoint's line (None: the endpoint's own key).
+    ordering_key: str | None = None
 
 
 def prepare_event(
@@ -71,6 +73,7 @@ def prepare_event(
     registry: EndpointRegistry | None = None,
     bind: bool = True,
     claim_on_publish: bool = False,
+    ordering_key: str | None = None,
 ) -> PreparedEvent:
     """The checks of :func:`send_webhook`, without enqueueing; raises
     :class:`WebhookInputError` (:class:`EventIdConflict` for a used id with other content).
@@ -87,6 +90,7 @@ def prepare_event(
         text = validate_event(endpoint_id, event_type, payload, event_id,
                               max_bytes=settings().max_payload_bytes)
         deadline_ts = check_deadline(deadline)
+        ordering_key = check_ordering_key(ordering_key)
     except InvalidField as exc:
         raise WebhookInputError(str(exc), exc.field) from None
     size = len(text.encode())
@@ -94,10 +98,11 @@ def prepare_event(
     digest = content_digest(event_type, copy)
     if claim_on_publish:
         return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest,
-                             unclaimed=True)
+                             unclaimed=True, ordering_key=ordering_key)
     _refused(claims(registry.redis if registry else None).claim(
         endpoint_id, event_id, digest, bind=bind), endpoint_id, event_id)
-    return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest)
+    return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest,
+                         ordering_key=ordering_key)
 
 
 def _refused(claim: Claim, endpoint_id: str, event_id: str) -> None:
@@ -113,8 +118,9 @@ def enqueue_prepared(event: PreparedEvent) -> str:
     EventIdConflict when refused: nothing is enqueued then)."""
     headers = {CLAIM_HEADER: event.digest} if event.unclaimed else {}
     try:
+        ordering = {"ordering_key": event.ordering_key} if event.ordering_key else {}
         enqueue_delivery((event.endpoint_id, event.event_type, event.payload),
-                         {"event_id": event.event_id, "deadline": event.deadline},
+                         {"event_id": event.event_id, "deadline": event.deadline, **ordering},
                          task_id=event.event_id, headers=headers,
                          argsrepr=shown_args(event.endpoint_id, event.event_type, None,
                                              size=event.size))
@@ -132,8 +138,13 @@ def send_webhook(
     *,
     deadline: float | datetime | None = None,
     registry: EndpointRegistry | None = None,
+    ordering_key: str | None = None,
 ) -> str:
     """Validate and enqueue one event for one endpoint; returns its event id.
+
+    ``ordering_key``: for an ordered endpoint, the line the event joins (its deliveries go
+    out one at a time, in the order enqueued; default: the endpoint's own line). Ignored by
+    an endpoint that is not ordered.
 
     Raises :class:`WebhookInputError` (unknown endpoint, non-JSON payload, payload over
     ``HOOKLINE_MAX_PAYLOAD_BYTES``, bad event id or deadline) instead of enqueueing bad input,
@@ -145,4 +156,4 @@ def send_webhook(
     # one round trip, as a plain .delay() (issue 15); otherwise a claim first, then the publish.
     return enqueue_prepared(prepare_event(
         endpoint_id, event_type, payload, event_id, deadline=deadline, registry=registry,
-        claim_on_publish=registry is None and claims_on_publish()))
+        claim_on_publish=registry is None and claims_on_publish(), ordering_key=ordering_key))

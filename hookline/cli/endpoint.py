@@ -27,6 +27,7 @@ from hookline.cli.secret import (
 )
 from hookline.core.endpoint import EndpointError
 from hookline.core.endpoint_validation import (
+    ORDER_POLICIES,
     validate_headers,
     validate_secret,
     validate_signature,
@@ -57,6 +58,12 @@ HEADER_HELP = ("A header sent on every request, NAME:VALUE (repeatable). The val
 MAX_IN_FLIGHT_HELP = ("The most attempts in flight to this endpoint at once, across all "
                       "workers (protects its receiver; beyond it deliveries wait without "
                       "holding a worker)")
+ORDERED_HELP = ("Deliveries with the same ordering key (send_webhook's ordering_key; "
+                "default: one line for the endpoint) go out one at a time, in the order "
+                "enqueued, across retries, pauses and crashes; other keys go on meanwhile.")
+ORDER_POLICY_HELP = ("What a key does when its head is dead-lettered: block (wait until the "
+                     "dead letter is replayed or discarded; the default) or skip (the next "
+                     "goes; the Hookline-Sequence header shows the receiver the gap).")
 
 
 @click.group()
@@ -116,11 +123,14 @@ def _cap(value: int | None) -> int | None:
               help=CHANNELS_HELP + "; no channel filter when omitted.")
 @click.option("--max-in-flight", type=int, metavar="N",
               help=MAX_IN_FLIGHT_HELP + "; no cap when omitted.")
+@click.option("--ordered", is_flag=True, help=ORDERED_HELP)
+@click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP)
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str | None,
                  timeout: float | None,
                  retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
                  headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
-                 channels: str | None, max_in_flight: int | None) -> None:
+                 channels: str | None, max_in_flight: int | None, ordered: bool,
+                 order_policy: str | None) -> None:
     """Register endpoint ID. Without --secret a key is generated: an HMAC secret printed
     once, or with --signature ed25519 a key pair whose public key is printed."""
     # Without --burst the registry's own default applies.
@@ -130,7 +140,8 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str 
                                   rate=checked_rate(rate),
                                   headers=validate_headers({}, headers), app=app_id,
                                   event_types=events, channels=channels,
-                                  max_in_flight=_cap(max_in_flight), burst=burst)
+                                  max_in_flight=_cap(max_in_flight), burst=burst,
+                                  ordered=ordered, order_policy=order_policy)
     added = answer.summary
     click.echo(f"added endpoint {added.id} -> {added.url}"
                + (f" in application {added.app} ({subscription_text(added)})"
@@ -193,6 +204,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("rate", item.rate or "no limit"),
         ("burst", _burst(item)),
         ("max in flight", item.max_in_flight or "no cap (its fair share of the slots)"),
+        ("ordered", f"yes, policy {item.public['order_policy']} (see 'hookline endpoint lines')"
+         if item.public["ordered"] else "no"),
         ("in flight", f"{inflight} now, {waiting} waiting for a slot"),
         ("application", item.app),
         ("subscription", subscription_text(item) if item.app else None),
@@ -229,13 +242,17 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
               help=CHANNELS_HELP + "; 'none': no channel filter.")
 @click.option("--max-in-flight", type=int, metavar="N",
               help=MAX_IN_FLIGHT_HELP + "; 0 removes the cap.")
+@click.option("--ordered/--unordered", default=None,
+              help=ORDERED_HELP + " --unordered puts the waiting deliveries back on the queue.")
+@click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP)
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     signature: str | None, timeout: float | None,
                     retry_policy: dict[str, Any] | None, rate: str | None,
                     burst: int | None, headers: tuple[tuple[str, str], ...],
                     remove_headers: tuple[str, ...], app_id: str | None,
                     events: str | None, channels: str | None,
-                    max_in_flight: int | None) -> None:
+                    max_in_flight: int | None, ordered: bool | None,
+                    order_policy: str | None) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt (a new
     subscription applies to events published after it). --secret and --signature replace the
     signing keys at once; 'rotate-secret' keeps the old ones signing for an overlap."""
@@ -243,13 +260,14 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                "retry_policy": retry_policy, "rate": rate, "burst": burst,
                "header": headers or None, "removed header": remove_headers or None,
                "app": app_id, "events": events, "channels": channels,
-               "max_in_flight": max_in_flight}
+               "max_in_flight": max_in_flight, "ordered": ordered,
+               "order_policy": order_policy}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --signature, "
                                "--timeout, --retry-policy, --rate, --burst, --header, "
-                               "--remove-header, --app, --events, --channels or "
-                               "--max-in-flight")
+                               "--remove-header, --app, --events, --channels, "
+                               "--max-in-flight, --ordered/--unordered or --order-policy")
     if signature is not None:
         # Refused before anything changes: the new key goes in after the other fields.
         validate_signature(signature, validate_secret(secret) if secret else None)
@@ -262,7 +280,8 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                                           rate=checked_rate(rate), burst=burst,
                                           headers=dict(headers), remove_headers=remove_headers,
                                           app=app_id, event_types=events, channels=channels,
-                                          max_in_flight=max_in_flight)
+                                          max_in_flight=max_in_flight, ordered=ordered,
+                                          order_policy=order_policy)
         if updated.rate is None and burst is not None:
             click.echo("warning: --burst has no effect without a rate", err=True)
         new_key = (None, updated.public["public_keys"][0] if secret else None)

@@ -99,6 +99,10 @@ class Endpoint:
     :param channels: the channels it listens to; empty: no channel filter.
     :param max_in_flight: the most attempts in flight to it at once across all workers (a hard
         cap that protects its receiver), or None for no cap beyond its fair share of the slots.
+    :param ordered: deliveries with the same ordering key go out one at a time, in the order
+        they were enqueued (``hookline.core.ordering``).
+    :param order_policy: for an ordered endpoint, what a key does when its head is
+        dead-lettered: ``block`` (wait for the operator's replay or discard) or ``skip``.
     """
 
     id: str
@@ -120,6 +124,8 @@ class Endpoint:
     event_types: tuple[str, ...] = ()
     channels: tuple[str, ...] = ()
     max_in_flight: int | None = None
+    ordered: bool = False
+    order_policy: str = "block"
 
     @property
     def paused(self) -> bool:
@@ -177,6 +183,9 @@ class Endpoint:
             # Read by admit.lua and consume.lua: 0 for no cap. (inflight and waiting, the
             # counts beside it, are the scripts' own: never written here.)
             "max_in_flight": str(self.max_in_flight or 0),
+            # Read by consume.lua: '1' puts each ordering key's deliveries in one line.
+            "ordered": "1" if self.ordered else "0",
+            "order_policy": self.order_policy,
         }
 
     @classmethod
@@ -205,6 +214,8 @@ class Endpoint:
             event_types=tuple(json.loads(data.get("event_types") or "[]")),
             channels=tuple(json.loads(data.get("channels") or "[]")),
             max_in_flight=int(data.get("max_in_flight") or 0) or None,
+            ordered=data.get("ordered") == "1",
+            order_policy=data.get("order_policy") or "block",
         )
 
     def public(self) -> dict[str, Any]:
@@ -234,6 +245,8 @@ class Endpoint:
             "app": self.app,
             "event_types": list(self.event_types),
             "channels": list(self.channels),
+            "ordered": self.ordered,
+            "order_policy": self.order_policy if self.ordered else None,
         }
 
 

@@ -151,6 +151,20 @@ def validate_max_in_flight(value: int | None) -> int | None:
     return value or None
 
 
+#: What an ordered endpoint does when a key's head is dead-lettered (``hookline.core.ordering``).
+ORDER_POLICIES = ("block", "skip")
+
+
+def validate_order_policy(value: str | None) -> str | None:
+    """``block`` or ``skip`` (None: unchanged, or the default, ``block``)."""
+    if value is None:
+        return None
+    if value not in ORDER_POLICIES:
+        raise EndpointError(f"order policy {value!r} must be one of: "
+                            + ", ".join(ORDER_POLICIES), "order_policy")
+    return value
+
+
 def validate_headers(current: Mapping[str, str], added: Any = (), removed: Any = ()
                      ) -> dict[str, str]:
     """``current`` headers with ``removed`` names taken out and ``added`` (name, value) pairs

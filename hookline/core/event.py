@@ -88,6 +88,19 @@ def check_event_id(event_id: Any) -> str:
     return event_id
 
 
+def check_ordering_key(key: Any) -> str | None:
+    """An ordering key (``hookline.core.ordering``): None, or 1-200 visible ASCII characters,
+    as an event id (it is sent as the ``hookline-ordering-key`` header)."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not EVENT_ID_PATTERN.match(key):
+        raise MalformedEvent(
+            "ordering_key",
+            f"ordering key {shown(key)} is invalid: use 1-{MAX_EVENT_ID_LENGTH} visible ASCII "
+            "characters (no spaces or control characters: it is sent as a header)")
+    return key
+
+
 def check_text(field: str, value: Any, *, limit: int, empty: bool = False) -> str:
     """Free text that reaches log lines and terminals (``field`` names it in the message):
     at most ``limit`` characters, none of them a control or line-breaking character, which

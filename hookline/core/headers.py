@@ -26,7 +26,9 @@ MAX_VALUE_LENGTH = 1024
 MAX_HEADERS = 20
 #: Headers Hookline sets on every request (lower case).
 OWNED = frozenset({"content-type", "content-length", "content-encoding", "host",
-                   "idempotency-key", "user-agent", "accept"})
+                   "idempotency-key", "user-agent", "accept",
+                   # an ordered endpoint's (hookline.core.ordering)
+                   "hookline-sequence", "hookline-ordering-key"})
 #: Hop-by-hop headers (RFC 7230 6.1, RFC 2616 13.5.1) and others about the connection.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",
                         "proxy-authorization", "te", "trailer", "trailers",

@@ -40,9 +40,18 @@ def delivery_headers(args: Any, kwargs: Any, task_id: Any) -> dict[str, str]:
     Empty when the arguments are not those of a delivery (the worker then dead-letters it)."""
     endpoint_id = args[0] if isinstance(args, list | tuple) and args else None
     event_id = (kwargs.get("event_id") if isinstance(kwargs, dict) else None) or task_id
-    if isinstance(endpoint_id, str) and isinstance(event_id, str):
-        return {"hookline_endpoint": endpoint_id, "hookline_event": event_id}
-    return {}
+    if not (isinstance(endpoint_id, str) and isinstance(event_id, str)):
+        return {}
+    headers = {"hookline_endpoint": endpoint_id, "hookline_event": event_id}
+    # An ordered endpoint's line (consume.lua): the event's ordering key, and its place in
+    # the key's line once it has one (a replay keeps it).
+    ordering_key = kwargs.get("ordering_key")
+    if isinstance(ordering_key, str) and ordering_key:
+        headers["hookline_okey"] = ordering_key
+    sequence = kwargs.get("sequence")
+    if isinstance(sequence, int) and not isinstance(sequence, bool) and sequence > 0:
+        headers["hookline_seq"] = str(sequence)
+    return headers
 
 
 def stamped(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
+from hookline.store.ordering import OrderLines
 
 #: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
 GONE_REASON = "gone: the receiver answered 410 Gone"
@@ -56,6 +57,8 @@ class DeliveryRequest:
     #: Unix time the event was published (stamped once, at publish, and kept by retries,
     #: redeliveries and replays): the body's ``timestamp`` and the start of the delivery lag.
     enqueued_at: float | None = None
+    #: The ordering key given at publish (an ordered endpoint's line; None: the endpoint's).
+    ordering_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ class DeliveryEngine:
                  on_operational: Callable[[OperationalEvent], Any] | None = None) -> None:
         self.gate = gate or Gate()
         self.dlq = dlq or DeadLetterQueue()
+        self.lines = OrderLines(self.dlq.redis)
         self._send_event = sender
         self._clock = clock
         self._rng = rng or random.Random()
@@ -188,7 +192,8 @@ class DeliveryEngine:
                                     registered=None)
         digest = content_digest(request.event_type, request.payload)
         admission = self.gate.admit(request.endpoint_id, request.event_id, token,
-                                    rate_slot=request.rate_slot, digest=digest)
+                                    rate_slot=request.rate_slot, digest=digest,
+                                    ordering_key=request.ordering_key)
         match admission.verdict:
             case Verdict.CONFLICT:
                 return self.dead_letter(
@@ -196,6 +201,9 @@ class DeliveryEngine:
                     detail="the event id was sent to this endpoint before with a different "
                            "event type or payload; this copy was not sent")
             case Verdict.DUPLICATE:
+                # A second copy that waited in an ordered key's line: the key goes on.
+                self.lines.advance(request.endpoint_id,
+                                   request.ordering_key or request.endpoint_id, request.event_id)
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
                 metrics.count_duplicate(request.endpoint_id)
@@ -259,7 +267,9 @@ class DeliveryEngine:
         published = request.enqueued_at or first_attempt_at
         request = replace(request, attempts=request.attempts + 1,
                           first_attempt_at=first_attempt_at, rate_slot=0, enqueued_at=published)
-        event = WebhookEvent(request.event_id, request.event_type, request.payload, published)
+        event = WebhookEvent(request.event_id, request.event_type, request.payload, published,
+                             ordering_key=request.ordering_key,
+                             sequence=admission.sequence if admission else None)
         with waiting_on_receiver():
             sent = self._send_event(endpoint, event)
         result = _redacted(sent, endpoint.url)
@@ -318,7 +328,9 @@ class DeliveryEngine:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
                                       record=record, digest=digest, now_ms=now_ms,
-                                      receipt=receipt)
+                                      receipt=receipt,
+                                      ordering_key=(request.ordering_key or endpoint.id)
+                                      if endpoint.ordered else None)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)
@@ -376,7 +388,12 @@ class DeliveryEngine:
         registered: bool | None = True,
     ) -> Finished:
         """Store the event in the dead-letter queue with ``reason`` and log it. ``registered``:
-        whether the gate saw the endpoint registered (None: not asked), for its metrics label."""
+        whether the gate saw the endpoint registered (None: not asked), for its metrics label.
+        The head of an ordered endpoint's key keeps its place in the dead letter (a replay
+        keeps it), and its key waits for the operator (``block``) or goes on (``skip``)."""
+        key = request.ordering_key or request.endpoint_id
+        policy = self.lines.policy(request.endpoint_id) if registered is not False else None
+        head = self.lines.head(request.endpoint_id, key) if policy else None
         self.dlq.add(
             DeadLetter(
                 endpoint_id=request.endpoint_id,
@@ -391,8 +408,12 @@ class DeliveryEngine:
                 last_error=result.error if result else "",
                 detail=detail,
                 enqueued_at=request.enqueued_at,
+                ordering_key=request.ordering_key,
+                sequence=head[1] if head and head[0] == request.event_id else None,
             )
         )
+        if policy == "skip" and reason != "conflict":  # a conflict is not the head's content
+            self.lines.advance(request.endpoint_id, key, request.event_id)
         log_event("delivery.dead_lettered", level=logging.WARNING,
                   endpoint_id=request.endpoint_id, event_id=request.event_id, reason=reason,
                   attempt=request.attempts, status=result.status if result else None,

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from hookline.core.config import settings
 from hookline.core.errors import InvalidField
@@ -142,7 +143,14 @@ def _published(entry: DeadLetter) -> float | None:
 
 def _enqueue(entry: DeadLetter) -> None:
     enqueue_delivery((entry.endpoint_id, entry.event_type, entry.payload),
-                     {"event_id": entry.event_id, "enqueued_at": _published(entry)})
+                     {"event_id": entry.event_id, "enqueued_at": _published(entry),
+                      **_ordering(entry)})
+
+
+def _ordering(entry: DeadLetter) -> dict[str, Any]:
+    """An ordered endpoint's dead letter goes back into its key's line in its own place."""
+    found = {"ordering_key": entry.ordering_key, "sequence": entry.sequence}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def _park(entry: DeadLetter, countdown: float) -> None:
@@ -151,7 +159,8 @@ def _park(entry: DeadLetter, countdown: float) -> None:
         celery_app(), task_name=TASK_NAME, task_id=str(uuid.uuid4()),
         args=[entry.endpoint_id, entry.event_type, entry.payload],
         # The event's own publish time: the body is the one first sent.
-        kwargs={"event_id": entry.event_id, "enqueued_at": _published(entry) or time.time()},
+        kwargs={"event_id": entry.event_id, "enqueued_at": _published(entry) or time.time(),
+                **_ordering(entry)},
         retries=0,
         queue=DELIVERY_QUEUE,
     )

@@ -28,6 +28,7 @@ from hookline.core.policy import parse_rate
 from hookline.delivery import reporting
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import PAUSE_PARK, EndpointRegistry
+from hookline.store.ordering import OrderLines
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.envelope import build_message
 
@@ -139,6 +140,7 @@ def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
     (reason ``endpoint_disabled``), ready to replay once it is fixed."""
     was = registry.require(endpoint_id)
     saved = registry.disable(endpoint_id, reason)
+    OrderLines(registry.redis).release(endpoint_id)  # its workers dead-letter them
     if was.enabled:
         reporting.report(reporting.endpoint_disabled(
             endpoint_id, reason="operator", detail=reason, since=saved.updated_at))
@@ -192,6 +194,8 @@ def pause_endpoint(registry: EndpointRegistry, endpoint_id: str) -> Endpoint:
 
 
 def remove_endpoint(registry: EndpointRegistry, endpoint_id: str) -> None:
-    """Forget an endpoint; its scheduled retries go to the dead-letter queue now."""
+    """Forget an endpoint; its scheduled retries go to the dead-letter queue now (and the
+    deliveries waiting in an ordered endpoint's lines to its workers, which dead-letter them)."""
+    OrderLines(registry.redis).release(endpoint_id)
     registry.remove(endpoint_id)
     dead_letter_scheduled(endpoint_id, "endpoint_removed")

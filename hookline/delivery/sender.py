@@ -54,6 +54,10 @@ class WebhookEvent:
     #: ``timestamp``, fixed at publish, so the body is byte-identical on every attempt, retry,
     #: redelivery after a crash and replay.
     timestamp: float
+    #: For an ordered endpoint: the event's ordering key and its place in the key's line,
+    #: sent as ``Hookline-Ordering-Key`` and ``Hookline-Sequence`` (a receiver sees a gap).
+    ordering_key: str | None = None
+    sequence: int | None = None
 
     def body(self) -> str:
         when = datetime.fromtimestamp(self.timestamp, tz=UTC).isoformat().replace("+00:00", "Z")
@@ -100,6 +104,9 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
         "User-Agent": USER_AGENT,
         "Accept": "*/*",
     }
+    if event.sequence is not None:
+        owned["Hookline-Sequence"] = str(event.sequence)
+        owned["Hookline-Ordering-Key"] = event.ordering_key or endpoint.id
     if not endpoint.headers:
         return owned
     extra = {name: value for name, value in endpoint.headers.items() if not is_owned(name)}

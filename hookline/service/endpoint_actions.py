@@ -52,6 +52,7 @@ from hookline.service.actor import Actor, NotFound
 from hookline.service.endpoints import EndpointSummary, require_endpoint, summarize
 from hookline.store.endpoints import EndpointRegistry, Names
 from hookline.store.gates import Gate
+from hookline.store.ordering import OrderLines
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,11 @@ def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None
                  rate: str | None = None, burst: int | None = None,
                  headers: Mapping[str, str] | None = None, app: str | None = None,
                  event_types: Names = None, channels: Names = None,
-                 max_in_flight: int | None = None) -> AddedEndpoint:
+                 max_in_flight: int | None = None, ordered: bool = False,
+                 order_policy: str | None = None) -> AddedEndpoint:
     """Register an endpoint (``burst`` None: the registry's default; ``signature`` the kind of
-    key generated without ``secret``, HMAC by default)."""
+    key generated without ``secret``, HMAC by default; ``ordered``: one delivery of an
+    ordering key at a time, ``order_policy`` what a dead-lettered head does)."""
     actor.require_act(f"add endpoint {endpoint_id}")
     app = _in_scope_app(actor, app)
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
@@ -119,8 +122,10 @@ def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None
     added = EndpointRegistry().add(endpoint_id, url, secret=key, timeout=timeout,
                                    retry_policy=retry_policy, rate=rate, headers=headers,
                                    app=app, event_types=event_types, channels=channels,
-                                   max_in_flight=max_in_flight, **extra)
-    audit.record(actor, "endpoint.add", added.id, f"signature {secret_kind(key)}",
+                                   max_in_flight=max_in_flight, ordered=ordered,
+                                   order_policy=order_policy, **extra)
+    audit.record(actor, "endpoint.add", added.id, f"signature {secret_kind(key)}"
+                 + (f", ordered ({added.order_policy})" if added.ordered else ""),
                  app=added.app)
     return AddedEndpoint(summary=summarize(added), secret=_shown_once(key, generated),
                          public_key=public_key(key))
@@ -132,9 +137,11 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
                     burst: int | None = None, headers: Mapping[str, str] | None = None,
                     remove_headers: Sequence[str] = (), app: str | None = None,
                     event_types: Names = None, channels: Names = None,
-                    max_in_flight: int | None = None) -> EndpointSummary:
+                    max_in_flight: int | None = None, ordered: bool | None = None,
+                    order_policy: str | None = None) -> EndpointSummary:
     """Change an endpoint (``EndpointRegistry.update``'s meanings: ``rate="none"`` removes
-    the limit, ``app="none"`` takes it out of its application, 0 removes the cap)."""
+    the limit, ``app="none"`` takes it out of its application, 0 removes the cap). Ordering
+    turned off puts the deliveries waiting in the endpoint's lines back on the queue."""
     actor.require_act(f"update endpoint {endpoint_id}")
     registry = EndpointRegistry()
     require_endpoint(actor, endpoint_id, registry)
@@ -144,11 +151,15 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
                               retry_policy=retry_policy, rate=rate, burst=burst,
                               headers=headers, remove_headers=remove_headers, app=app,
                               event_types=event_types, channels=channels,
-                              max_in_flight=max_in_flight)
+                              max_in_flight=max_in_flight, ordered=ordered,
+                              order_policy=order_policy)
+    if ordered is False:
+        OrderLines(registry.redis).release(endpoint_id)
     given = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
              "rate": rate, "burst": burst, "headers": headers or None,
              "remove_headers": remove_headers or None, "app": app, "event_types": event_types,
-             "channels": channels, "max_in_flight": max_in_flight}
+             "channels": channels, "max_in_flight": max_in_flight, "ordered": ordered,
+             "order_policy": order_policy}
     # The names of what changed, never a value (a secret, a header's credentials).
     audit.record(actor, "endpoint.update", endpoint_id,
                  ", ".join(name for name, value in given.items() if value is not None),

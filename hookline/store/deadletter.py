@@ -108,6 +108,10 @@ class DeadLetter:
     #: When the event was published (Unix seconds): a replay carries it, so the replayed body
     #: (its ``timestamp``) is the one first sent. None in entries older than this field.
     enqueued_at: float | None = None
+    #: An ordered endpoint's: the ordering key given at publish (None: the endpoint's own) and
+    #: the event's place in its key's line, which a replay keeps.
+    ordering_key: str | None = None
+    sequence: int | None = None
 
     @property
     def id(self) -> str:

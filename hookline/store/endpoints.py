@@ -23,6 +23,7 @@ from hookline.core.endpoint_validation import (
     validate_endpoint_id,
     validate_headers,
     validate_max_in_flight,
+    validate_order_policy,
     validate_policy_override,
     validate_rate,
     validate_reason,
@@ -76,6 +77,8 @@ class EndpointRegistry:
         event_types: Names = None,
         channels: Names = None,
         max_in_flight: int | None = None,
+        ordered: bool = False,
+        order_policy: str | None = None,
     ) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given. ``headers``: extra
         request headers (name -> value; :mod:`hookline.core.headers` says which are refused).
@@ -102,6 +105,8 @@ class EndpointRegistry:
             event_types=filters,
             channels=listened,
             max_in_flight=validate_max_in_flight(max_in_flight),
+            ordered=check_ordered(ordered),
+            order_policy=validate_order_policy(order_policy) or "block",
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
@@ -209,6 +214,8 @@ class EndpointRegistry:
         event_types: Names = None,
         channels: Names = None,
         max_in_flight: int | None = None,
+        ordered: bool | None = None,
+        order_policy: str | None = None,
     ) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
         ``rate="none"`` removes the rate limit. ``headers`` are set (a name already there, in
@@ -242,6 +249,10 @@ class EndpointRegistry:
         if max_in_flight is not None:
             # 0 removes the cap
             changes["max_in_flight"] = validate_max_in_flight(max_in_flight) or None
+        if ordered is not None:
+            changes["ordered"] = check_ordered(ordered)
+        if order_policy is not None:
+            changes["order_policy"] = validate_order_policy(order_policy)
         if retry_policy is not None:
             changes["retry_policy"] = validate_policy_override(
                 {**endpoint.retry_policy, **retry_policy}
@@ -340,6 +351,16 @@ class EndpointRegistry:
         if not script(keys=[key], args=flat):
             raise UnknownEndpoint(endpoint.id)
         return endpoint
+
+
+def check_ordered(ordered: bool) -> bool:
+    """An endpoint can be ordered only where consume.lua keeps its lines: a Redis broker that
+    is Hookline's own Redis (the default), not RabbitMQ, not a state Redis apart from it."""
+    if ordered and not settings().broker_is_state:
+        raise EndpointError("an ordered endpoint needs the broker to be Hookline's own Redis "
+                            "(HOOKLINE_BROKER_URL unset or equal to REDIS_URL): its deliveries "
+                            "wait in lines there, one key at a time", "ordered")
+    return bool(ordered)
 
 
 def registered_ids(redis_client: Any) -> list[str]:

@@ -57,9 +57,11 @@ class Admission:
     endpoint: Endpoint | None = None
     #: For BUSY and DEFERRED: seconds until it is worth asking again.
     wait: float = 0.0
-    #: For DEFERRED: breaker_open, breaker_probe, blocked or rate_limited; for DISABLED and
-    #: POISON: why.
+    #: For DEFERRED: breaker_open, breaker_probe, blocked, rate_limited or out_of_turn; for
+    #: DISABLED and POISON: why.
     detail: str = ""
+    #: For ADMITTED to an ordered endpoint: the delivery's place in its key's line.
+    sequence: int | None = None
     #: For DEFERRED by the rate limit: the slot booked for this event (ms of Redis time).
     rate_slot: int = 0
     #: For ADMITTED: this attempt is the half-open breaker's single probe.
@@ -159,7 +161,7 @@ class Gate:
             args=[prefix]))
 
     def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
-              digest: str = "") -> Admission:
+              digest: str = "", ordering_key: str | None = None) -> Admission:
         """Pass the gates or say why not. ``digest`` (``hookline.core.identity``) binds the
         event id to its content: another content under a bound id is ``CONFLICT``."""
         config = settings()
@@ -176,17 +178,21 @@ class Gate:
                 math.ceil(config.read_timeout * 1000),
                 digest,
                 config.record_ttl,
+                ordering_key or endpoint_id,
+                event_id,
             ],
         )
         verdict = Verdict(reply[0])
         if verdict is Verdict.ADMITTED:
             fields = dict(zip(reply[4::2], reply[5::2], strict=True))
+            head = fields.pop("order_head", None)
             try:
                 endpoint = Endpoint.from_hash(endpoint_id, fields)
             except SealedRecordError as exc:
                 self.release_dead(endpoint_id, event_id, token)  # this attempt's own lease
                 return Admission(Verdict.UNREADABLE, detail=str(exc))
             return Admission(verdict, endpoint=endpoint,
+                             sequence=int(head.rpartition("\n")[2]) if head else None,
                              transition=reply[1], probe=reply[2] == "1",
                              redis_ms=int(reply[3]), monotonic=time.monotonic())
         if verdict is Verdict.DEFERRED:
@@ -215,6 +221,7 @@ class Gate:
         digest: str = "",
         now_ms: int = 0,
         receipt: Receipt | None = None,
+        ordering_key: str | None = None,
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
@@ -225,6 +232,8 @@ class Gate:
         ``receipt``: what acknowledges the attempt's message, when the transport folds that
         into the settle (:class:`Receipt`): an outcome for a message restored to another
         worker is refused (``fenced``), and a delivered one acknowledges it in the same step.
+        ``ordering_key``: an ordered endpoint's delivery's key (the endpoint id by default): a
+        delivered head lets the next of its key go, in the same step.
         """
         config = settings()
         held, transition, fenced = store.call_script(
@@ -253,7 +262,8 @@ class Gate:
                 digest,
                 int(now_ms or 0),
                 "1" if config.history_in_record else "0",
-                *(receipt.settle_args(outcome) if receipt is not None else ()),
+                *(receipt.settle_args(outcome) if receipt is not None else ("", "")),
+                ordering_key or "",
             ],
         )
         if receipt is not None:

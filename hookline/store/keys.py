@@ -143,10 +143,26 @@ def occurrence_key(endpoint_id: str, occurrence_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:occurred:{occurrence_id}"
 
 
+def order_heads_key(endpoint_id: str) -> str:
+    """An ordered endpoint's heads: ordering key -> ``<event id>\n<sequence>`` of the one
+    delivery of that key that may be out (piece_order.lua names the three from the hash's)."""
+    return f"hookline:{{{endpoint_id}}}:order_heads"
+
+
+def order_seq_key(endpoint_id: str) -> str:
+    """An ordered endpoint's last sequence number given, per ordering key."""
+    return f"hookline:{{{endpoint_id}}}:order_seq"
+
+
+def order_line_key(endpoint_id: str, ordering_key: str) -> str:
+    """The deliveries of one ordering key waiting behind its head, oldest first."""
+    return f"hookline:{{{endpoint_id}}}:order_line:{ordering_key}"
+
+
 def endpoint_owned_keys(endpoint_id: str) -> list[str]:
     """The keys that die with an endpoint (``endpoint remove``): one slot, one DEL."""
     return [endpoint_key(endpoint_id), old_breaker_key(endpoint_id), rate_key(endpoint_id),
-            recent_key(endpoint_id)]
+            recent_key(endpoint_id), order_heads_key(endpoint_id), order_seq_key(endpoint_id)]
 
 
 # -- applications (hash tag: ``app:<app id>``) ----------------------------------------------

@@ -25,6 +25,7 @@ from hookline.core.event import (
     MalformedEvent,
     check_count,
     check_deadline,
+    check_ordering_key,
     to_timestamp,
     validate_event,
 )
@@ -62,12 +63,15 @@ class DeliveryTask(ParkingTask):
 def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
             event_id: str | None = None, deadline: Any = None, attempts: int = 0,
             first_attempt_at: float | None = None, rate_slot: int = 0,
-            enqueued_at: float | None = None) -> dict[str, Any]:
+            enqueued_at: float | None = None, ordering_key: str | None = None,
+            sequence: int | None = None) -> dict[str, Any]:
     """Deliver one event to one endpoint (an attempt, a deferral or a scheduled retry).
 
     ``event_id`` defaults to the task id, which Celery keeps across retries; ``deadline``
     (Unix seconds, datetime or ISO 8601) is when the event stops being worth sending. The
-    rest is Hookline's bookkeeping, set on publish, retries and deferrals.
+    rest is Hookline's bookkeeping, set on publish, retries and deferrals (``ordering_key``
+    and ``sequence``: an ordered endpoint's line, which the broker's consume script keeps
+    from the message's headers; the sequence a replay carries is read there, not here).
     """
     event_id = self.request.id if event_id is None else event_id
     try:
@@ -80,6 +84,7 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
             first_attempt_at=to_timestamp(first_attempt_at, name="first_attempt_at"),
             rate_slot=check_count("rate_slot", rate_slot),
             enqueued_at=publish_time(enqueued_at),
+            ordering_key=check_ordering_key(ordering_key),
         )
     except (MalformedEvent, TypeError, ValueError) as exc:
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},

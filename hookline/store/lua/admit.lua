@@ -21,6 +21,8 @@
 -- ARGV[6]  default read timeout, milliseconds
 -- ARGV[7]  this event's content digest (event type + canonical payload), '' to skip the check
 -- ARGV[8]  lifetime of the delivery record from this write, seconds
+-- ARGV[9]  the delivery's ordering key (the endpoint id when none was given) and ARGV[10]
+--          the event id: read only for an ordered endpoint (piece_order.lua)
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
 -- Commands: the record (and 0.2's two keys) read with one MGET and written with one SET; the
 -- endpoint, its breaker and its limiter read with one HGETALL and written with one HSET.
@@ -35,6 +37,9 @@
 --   {'poison', starts}                   started too often without settling (workers died on it)
 --   {'capped', inflight}                 the endpoint has max_in_flight attempts in flight: the
 --                                        delivery waits for one of them (consume.lua's list)
+--   {'deferred', 'out_of_turn', wait_ms, 0}  an ordered endpoint's delivery that is not its
+--                                        key's head (it was taken before the endpoint was
+--                                        ordered): back through the schedule into its line
 --   {'admitted', transition, probe, now, f1, v1, ...}
 --                                        lease taken; transition is 'half_open' when this
 --                                        attempt moved the breaker there, probe is '1' when it
@@ -43,6 +48,7 @@
 --#include piece_clock.lua
 --#include piece_held.lua
 --#include piece_record.lua
+--#include piece_order.lua
 -- The event id is an idempotency key: the first content that reached an existing endpoint
 -- with it (here or at enqueue, claim.lua) owns it; another content under it is a conflict.
 local strings = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])
@@ -95,6 +101,20 @@ if why then
   return refuse({'deferred', why, wait, 0})
 end
 local transition = (probe and breaker_state == 'open') and 'half_open' or ''
+
+-- An ordered endpoint: only its key's head goes (consume.lua lines up the others).
+local order_head = nil
+if config['ordered'] == '1' then
+  local okey = ARGV[9]
+  local heads, seqs = order_keys(KEYS[1])
+  order_head = redis.call('HGET', heads, okey)
+  if not order_head then
+    order_head = ARGV[10] .. '\n' .. order_sequence(seqs, okey, nil)
+    redis.call('HSET', heads, okey, order_head)
+  elseif not order_is_head(order_head, ARGV[10]) then
+    return refuse({'deferred', 'out_of_turn', 1000, 0})
+  end
+end
 
 -- The endpoint's attempts in flight (given back by settle.lua, or by release_dead.lua for a
 -- dead process's), and its hard cap across all workers. An attempt taking over a lease that
@@ -168,5 +188,9 @@ end
 local reply = {'admitted', transition, probe and '1' or '0', now}
 for i = 1, #endpoint do
   reply[#reply + 1] = endpoint[i]
+end
+if order_head then
+  reply[#reply + 1] = 'order_head'
+  reply[#reply + 1] = order_head
 end
 return reply

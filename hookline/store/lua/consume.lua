@@ -92,6 +92,7 @@
 --#include piece_clock.lua
 --#include piece_held.lua
 --#include piece_park.lua
+--#include piece_order.lua
 local park_held = ARGV[2] == '1'
 local parked = {}
 local now_ms = nil
@@ -190,7 +191,7 @@ local function fields(endpoint, own)
   if not found then
     found = redis.call('HMGET', own[1], 'state', 'open_until', 'probe_until', 'blocked_until',
                        'tat', 'book', 'paused_at', 'inflight', 'max_in_flight', 'waiting',
-                       'wake')
+                       'wake', 'ordered')
     fields_of[endpoint] = found
     if found[10] and not waiting[endpoint] then
       waiting[endpoint] = true
@@ -284,7 +285,31 @@ local function record(key, item, tag, info, endpoint)
   end
 end
 
--- Decide on one item: 'taken', 'parked' or 'waiting' and its endpoint (nil when it has none
+-- An ordered endpoint's delivery (piece_order.lua) goes on only as its key's head: true when
+-- it is the head (or becomes it: the key had none), false when it joined the end of its
+-- key's line instead, to go when the deliveries before it have gone. Before the holds: a
+-- paused or open endpoint's line keeps its order, and only its head waits in the schedule.
+local function in_line(own, headers, event, key, item)
+  local okey = headers['hookline_okey']
+  if type(okey) ~= 'string' or okey == '' then
+    okey = headers['hookline_endpoint']  -- the default key: the endpoint itself
+  end
+  local heads, seqs, lines = order_keys(own[1])
+  local head = redis.call('HGET', heads, okey)
+  if order_is_head(head, event) then
+    return true
+  end
+  local seq = order_sequence(seqs, okey, headers['hookline_seq'])
+  if not head then
+    redis.call('HSET', heads, okey, event .. '\n' .. seq)
+    return true
+  end
+  redis.call('RPUSH', lines .. okey, event .. '\n' .. seq .. '\n' .. key .. '\n' .. item)
+  redis.call('HINCRBY', own[1], 'order_waiting', 1)
+  return false
+end
+
+-- Decide on one item: 'taken', 'parked', 'waiting' or 'lined' and its endpoint (nil when it has none
 -- Hookline can read), or nil and a reply to return at once. `from_waiting`: the endpoint whose
 -- waiting list it came from (nil: from a queue).
 local function consider(key, item, from_waiting, aside)
@@ -314,6 +339,9 @@ local function consider(key, item, from_waiting, aside)
       return nil, reply('need', endpoint)
     end
     f = fields(endpoint, own)
+    if f[12] == '1' and not in_line(own, headers, event, key, item) then
+      return 'lined', endpoint
+    end
     countdown, why = held(f)
   else
     endpoint = nil

@@ -41,6 +41,8 @@
 --          is '1' (the outcome is 'delivered') it is removed here, so the message is
 --          acknowledged in the step that marks the event done (a round trip less per
 --          delivery; hookline/transport/unacked.py)
+-- ARGV[21] (optional) the delivery's ordering key, for an ordered endpoint: a delivered head
+--          lets the next delivery of its key's line go (piece_order.lua), in this step
 -- Returns  {held, transition, fenced}: held is 1 if this attempt still held its lease;
 --          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
 --          else ''; fenced is 1 when a fence refused the outcome (nothing written): the
@@ -54,6 +56,7 @@
 -- plainly closed breaker.
 --#include piece_clock.lua
 --#include piece_record.lua
+--#include piece_order.lua
 local outcome = ARGV[2]
 if ARGV[19] and ARGV[19] ~= '' then
   if ARGV[20] == '1' then
@@ -171,6 +174,9 @@ if ARGV[9] ~= '' then
 end
 
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[3]))
+if outcome == 'delivered' and ARGV[21] and ARGV[21] ~= '' then
+  order_advance(KEYS[1], ARGV[21], ARGV[10], KEYS[4])
+end
 if not breaker[7] then
   return {held, transition, 0}  -- the endpoint was removed meanwhile: nothing to record there
 end

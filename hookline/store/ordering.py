@@ -1,0 +1,103 @@
+"""An ordered endpoint's lines, one per ordering key (``hookline.core.ordering`` says what
+they promise; ``hookline/store/lua/piece_order.lua`` how they are kept).
+
+The consume script lines a key's deliveries up behind its head, and the settle script lets the
+next go when the head is delivered, each in its own step. This module does the rest from
+outside a delivery: what a dead-lettered head does (the endpoint's ``order_policy``), a
+discarded dead letter that blocked its key, putting the lines back on the queues when the
+endpoint stops being ordered (or is disabled or removed), and what operators see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hookline.core.messages import DELIVERY_QUEUE
+from hookline.store import connection as store
+from hookline.store import keys
+
+#: Heads read per round trip when the lines are listed or released.
+_PAGE = 500
+
+
+@dataclass(frozen=True)
+class KeyLine:
+    """One ordering key with a delivery out: its head (event id, sequence) and how many wait
+    behind it."""
+
+    key: str
+    head_event: str
+    head_sequence: int
+    waiting: int
+
+
+def _head(value: str) -> tuple[str, int]:
+    event, _, sequence = value.rpartition("\n")
+    return event, int(sequence or 0)
+
+
+class OrderLines:
+    """The lines of ordered endpoints in Hookline's Redis (which is the broker's)."""
+
+    def __init__(self, redis_client: Any = None) -> None:
+        self.redis: Any = redis_client or store.client()
+        self._order: Any = None
+
+    def _script(self, *args: str, endpoint_id: str) -> int:
+        if self._order is None:
+            self._order = self.redis.register_script(store.load_script("order"))
+        return int(self._order(keys=[keys.endpoint_key(endpoint_id),
+                                     keys.doorbell_key(DELIVERY_QUEUE)], args=list(args)))
+
+    def policy(self, endpoint_id: str) -> str | None:
+        """The endpoint's order policy (``block``, ``skip``), None when it is not ordered."""
+        ordered, policy = self.redis.hmget(keys.endpoint_key(endpoint_id), "ordered",
+                                           "order_policy")
+        return (policy or "block") if ordered == "1" else None
+
+    def head(self, endpoint_id: str, ordering_key: str) -> tuple[str, int] | None:
+        found = self.redis.hget(keys.order_heads_key(endpoint_id), ordering_key)
+        return _head(found) if found else None
+
+    def advance(self, endpoint_id: str, ordering_key: str, event_id: str) -> bool:
+        """``event_id``, the key's head, has gone for good: the next of the line goes."""
+        return bool(self._script("advance", ordering_key, event_id, endpoint_id=endpoint_id))
+
+    def release(self, endpoint_id: str) -> int:
+        """Every line of the endpoint back onto its queue, in order, and no key with a head:
+        how many deliveries went back."""
+        moved = 0
+        for line in self.lines(endpoint_id):
+            moved += self._script("release", line.key, endpoint_id=endpoint_id)
+        return moved
+
+    def lines(self, endpoint_id: str, *, limit: int | None = None) -> list[KeyLine]:
+        """The keys with a delivery out, those with the most waiting first (at most ``limit``;
+        every key is read: a line's length is one LLEN, a page of them per round trip)."""
+        found: list[KeyLine] = []
+        heads = keys.order_heads_key(endpoint_id)
+        batch: list[tuple[str, str]] = []
+        for ordering_key, value in self.redis.hscan_iter(heads, count=_PAGE):
+            batch.append((ordering_key, value))
+            if len(batch) >= _PAGE:
+                found += self._measured(endpoint_id, batch)
+                batch = []
+        found += self._measured(endpoint_id, batch)
+        found.sort(key=lambda line: (-line.waiting, line.key))
+        return found if limit is None else found[:limit]
+
+    def _measured(self, endpoint_id: str, batch: list[tuple[str, str]]) -> list[KeyLine]:
+        pipe = self.redis.pipeline(transaction=False)
+        for ordering_key, _ in batch:
+            pipe.llen(keys.order_line_key(endpoint_id, ordering_key))
+        return [KeyLine(ordering_key, *_head(value), int(waiting))
+                for (ordering_key, value), waiting in zip(batch, pipe.execute(), strict=True)]
+
+    def counts(self, endpoint_id: str) -> tuple[int, int]:
+        """(keys with a delivery out, deliveries waiting in all the lines): two reads."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hlen(keys.order_heads_key(endpoint_id))
+        pipe.hget(keys.endpoint_key(endpoint_id), "order_waiting")
+        active, waiting = pipe.execute()
+        return int(active), int(waiting or 0)
