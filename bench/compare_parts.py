@@ -83,12 +83,14 @@ def target(contender: Contender, receiver: ReceiverProcess, name: str, *, delay_
 
 
 def batch(contender: Contender, receiver: ReceiverProcess, name: str, count: int, *,
-          delay_ms: int = 0, registered: bool = False) -> dict[str, Any]:
+          delay_ms: int = 0, registered: bool = False,
+          messages: list[str] | None = None) -> dict[str, Any]:
     """``count`` events to receiver counter ``name``, pushed at once; timed from the push to
     the last arrival (a no-op: until the queue is drained). Worker RSS is the maximum seen.
-    ``registered``: Hookline's endpoint ``name`` is registered already (by the caller)."""
+    ``registered``: Hookline's endpoint ``name`` is registered already (by the caller);
+    ``messages``: the broker messages of its ``count`` events, built by the caller."""
     where = name if registered else target(contender, receiver, name, delay_ms=delay_ms)
-    messages = contender.messages(where, name, count)
+    messages = messages or contender.messages(where, name, count)
     sampler = RssSampler(contender.workers)
     meter = CpuMeter(contender.workers, contender.client, receiver.process.pid)
     timeout = 60 + count / 10

@@ -34,11 +34,13 @@ def payload(n: int) -> dict[str, Any]:
 
 
 class ReceiverProcess:
-    """``python -m bench.compare_receiver`` in its own session, so its event loop does not
-    share the benchmark's GIL; talked to over its control paths."""
+    """``python -m bench.compare_receiver`` (or ``module``, which answers the same control
+    paths) in its own session, so its event loop does not share the benchmark's GIL; talked
+    to over its control paths."""
 
-    def __init__(self, refuse: list[str], log_path: Path) -> None:
-        command = [sys.executable, "-m", "bench.compare_receiver"]
+    def __init__(self, refuse: list[str], log_path: Path, *,
+                 module: str = "bench.compare_receiver") -> None:
+        command = [sys.executable, "-m", module]
         for name in refuse:
             command += ["--refuse", name]
         self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()

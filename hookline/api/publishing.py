@@ -26,7 +26,13 @@ from typing import Any
 from hookline.api.enqueue import WebhookInputError
 from hookline.core.config import settings
 from hookline.core.errors import InvalidField
-from hookline.core.event import check_deadline, check_event_id, check_event_type, check_payload
+from hookline.core.event import (
+    check_deadline,
+    check_event_id,
+    check_event_type,
+    check_ordering_key,
+    check_payload,
+)
 from hookline.core.identity import content_digest
 from hookline.core.schemas import first_violation
 from hookline.core.subscriptions import (
@@ -34,7 +40,7 @@ from hookline.core.subscriptions import (
     check_app_id,
     parse_channels,
 )
-from hookline.delivery.fanout import FANOUT_LOOK_AFTER, enqueue_fanout
+from hookline.delivery.fanout import FANOUT_LOOK_AFTER, enqueue_fanout, enqueue_lined
 from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
 from hookline.store.endpoints import EndpointRegistry
@@ -72,7 +78,8 @@ class PublishedEventConflict(WebhookInputError):
 
 def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = None,
             channels: Iterable[str] | None = None,
-            deadline: float | datetime | None = None) -> str:
+            deadline: float | datetime | None = None,
+            ordering_key: str | None = None) -> str:
     """Deliver an event to every enabled endpoint of application ``app_id`` whose subscription
     matches it; returns the event id (the ``webhook-id`` each endpoint receives).
 
@@ -82,7 +89,11 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
     the path), bad channels or deadline; :class:`PublishedEventConflict` for a used event id
     with other content. Returns once the fan-out is recorded and queued: if it raises for
     any other reason (Redis or the broker down), publish again with the same event id: the
-    receivers get each delivery once."""
+    receivers get each delivery once.
+
+    ``ordering_key``: the line the event joins at ordered endpoints (default: each endpoint's
+    own line). Their deliveries are enqueued in this call, before it returns, so each joins
+    its key's line in publish order; the other endpoints' go through the fan-out task."""
     event_id = str(uuid.uuid4()) if event_id is None else event_id
     try:
         check_app_id(app_id)
@@ -92,16 +103,18 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
         listed = parse_channels(list(channels) if channels is not None else None,
                                 limit=MAX_EVENT_CHANNELS)
         deadline_ts = check_deadline(deadline)
+        ordering_key = check_ordering_key(ordering_key)
     except InvalidField as exc:
         raise WebhookInputError(str(exc), exc.field) from None
     registry = EndpointRegistry()
     _check_catalog(registry.redis, event_type, json.loads(text))
-    receivers = tuple(registry.receivers(app_id, event_type, listed))
+    receivers, lined = registry.receivers(app_id, event_type, listed)
     # No receivers: the fan-out has ended already, so the payload is not kept.
     event = PublishedEvent(app_id=app_id, event_id=event_id, event_type=event_type,
-                           payload=text if receivers else None, channels=listed,
-                           deadline=deadline_ts, receivers=receivers, cursor=0,
-                           published_at=time.time(), finished_at=None)
+                           payload=text if receivers or lined else None, channels=listed,
+                           deadline=deadline_ts, receivers=tuple(receivers), cursor=0,
+                           published_at=time.time(), finished_at=None,
+                           ordering_key=ordering_key, lined=tuple(lined))
     fanouts = FanoutLog(registry.redis)
     # Marked first: a publisher that dies after recording the event and before queueing its
     # fan-out leaves it to a worker's releaser (hookline.delivery.fanout.sweep_fanouts).
@@ -112,6 +125,8 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
         raise UnknownApplication(app_id)
     if outcome.result is Recorded.CONFLICT:  # the earlier publication's mark stays
         raise PublishedEventConflict(app_id, event_id)
+    if outcome.result is Recorded.NEW and lined:
+        enqueue_lined(fanouts, event, json.loads(text), len(text.encode()))
     if outcome.cursor < outcome.total:  # new, or a fan-out that had not finished: resume it
         enqueue_fanout(app_id, event_id)
     else:

@@ -122,10 +122,12 @@ class Hookline:
         event_id: str | None = None,
         *,
         deadline: float | datetime | None = None,
+        ordering_key: str | None = None,
     ) -> str:
         """Validate and enqueue one event, as :func:`hookline.send_webhook`; returns its event id.
         Raises :class:`hookline.WebhookInputError` on bad input."""
-        return _send_webhook(endpoint_id, event_type, payload, event_id, deadline=deadline)
+        return _send_webhook(endpoint_id, event_type, payload, event_id, deadline=deadline,
+                             ordering_key=ordering_key)
 
     def publish_on_commit(
         self,
@@ -136,13 +138,14 @@ class Hookline:
         *,
         channels: Sequence[str] | None = None,
         deadline: float | datetime | None = None,
+        ordering_key: str | None = None,
     ) -> str:
         """Publish an event to an application's subscribed endpoints (``hookline.publish``)
         once this request has answered below 400; returns its event id. The event type, id,
         payload and deadline are checked now (``WebhookInputError``). Outside a request it is
         published at once."""
         publication = prepare_publication(app_id, event_type, payload, event_id, channels,
-                                          deadline)
+                                          deadline, ordering_key)
         if has_request_context():
             pending: list[Publication] = g.setdefault(_PENDING, [])
             pending.append(publication)

@@ -24,6 +24,7 @@ from hookline.core.event import (
     check_deadline,
     check_event_id,
     check_event_type,
+    check_ordering_key,
     check_payload,
 )
 from hookline.core.logs import log_event
@@ -77,11 +78,13 @@ class Publication:
     event_id: str
     channels: tuple[str, ...] | None
     deadline: float | None
+    ordering_key: str | None = None
 
 
 def prepare_publication(app_id: str, event_type: str, payload: Any, event_id: str | None,
                         channels: Sequence[str] | None,
-                        deadline: float | datetime | None) -> Publication:
+                        deadline: float | datetime | None,
+                        ordering_key: str | None = None) -> Publication:
     """Check what can be checked without Redis (the event type, id, payload and deadline:
     ``WebhookInputError`` at the call site) and copy the payload as JSON, so the event
     published at commit is the one checked now. ``hookline.publish`` checks the rest (the
@@ -92,12 +95,14 @@ def prepare_publication(app_id: str, event_type: str, payload: Any, event_id: st
         check_event_id(event_id)
         text = check_payload(payload, max_bytes=settings().max_payload_bytes)
         deadline_ts = check_deadline(deadline)
+        ordering_key = check_ordering_key(ordering_key)
     except InvalidField as exc:
         raise WebhookInputError(str(exc), exc.field) from None
     if not isinstance(app_id, str) or not app_id:
         raise WebhookInputError("app id must be a non-empty string", "app_id")
     return Publication(app_id, event_type, json.loads(text), event_id,
-                       None if channels is None else tuple(channels), deadline_ts)
+                       None if channels is None else tuple(channels), deadline_ts,
+                       ordering_key)
 
 
 def publish_logged(publication: Publication) -> None:
@@ -108,7 +113,8 @@ def publish_logged(publication: Publication) -> None:
     try:
         hookline.publish(publication.app_id, publication.event_type, publication.payload,
                          event_id=publication.event_id, channels=publication.channels,
-                         deadline=publication.deadline)
+                         deadline=publication.deadline,
+                         ordering_key=publication.ordering_key)
     except Exception as exc:
         log_event("publish.failed", level=logging.ERROR, app_id=publication.app_id,
                   event_id=publication.event_id, event_type=publication.event_type,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hookline.core import ordering
 from hookline.core.config import MAX_READ_TIMEOUT, settings
 from hookline.core.endpoint import EndpointError
 from hookline.core.errors import InvalidField
@@ -152,7 +153,7 @@ def validate_max_in_flight(value: int | None) -> int | None:
 
 
 #: What an ordered endpoint does when a key's head is dead-lettered (``hookline.core.ordering``).
-ORDER_POLICIES = ("block", "skip")
+ORDER_POLICIES = ordering.POLICIES
 
 
 def validate_order_policy(value: str | None) -> str | None:

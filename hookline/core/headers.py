@@ -27,7 +27,7 @@ MAX_HEADERS = 20
 #: Headers Hookline sets on every request (lower case).
 OWNED = frozenset({"content-type", "content-length", "content-encoding", "host",
                    "idempotency-key", "user-agent", "accept",
-                   # an ordered endpoint's (hookline.core.ordering)
+                   # an ordered endpoint's (hookline.core.ordering's headers)
                    "hookline-sequence", "hookline-ordering-key"})
 #: Hop-by-hop headers (RFC 7230 6.1, RFC 2616 13.5.1) and others about the connection.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate",

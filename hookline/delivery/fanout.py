@@ -83,6 +83,8 @@ def expand(app_id: str, event_id: str, *, batch: int = FANOUT_BATCH,
         return 0
     payload = json.loads(event.payload)
     size = len(event.payload.encode())
+    if event.lined and not event.lined_done:  # its publisher died before it queued them
+        enqueue_lined(fanouts, event, payload, size)
     if pushed_by_script(settings()):
         enqueued = _push_batches(fanouts, event, payload, size, batch)
     else:
@@ -91,6 +93,15 @@ def expand(app_id: str, event_id: str, *, batch: int = FANOUT_BATCH,
               receivers=len(event.receivers), enqueued=enqueued)
     fanouts.forget_pending(app_id, event_id)  # every delivery is queued: nothing to look at
     return enqueued
+
+
+def enqueue_lined(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int) -> None:
+    """The deliveries to the event's ordered receivers, enqueued now, then recorded so: each
+    joins its key's line in the order the events were published (``hookline.publish`` calls
+    this before it returns; the fan-out task only when a publisher died first)."""
+    with celery_app().producer_or_acquire() as producer:
+        _enqueue_batch(producer, event, event.lined, payload, size)
+    fanouts.mark_lined(event.app_id, event.event_id)
 
 
 def pushed_by_script(config: Settings) -> bool:
@@ -130,7 +141,8 @@ def _publish_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, si
 
 def _enqueue_batch(producer: Any, event: PublishedEvent, endpoint_ids: tuple[str, ...],
                    payload: Any, size: int) -> None:
-    kwargs = {"event_id": event.event_id, "deadline": event.deadline}
+    kwargs = {"event_id": event.event_id, "deadline": event.deadline,
+              **({"ordering_key": event.ordering_key} if event.ordering_key else {})}
     with producer.batch(max_size=4 * len(endpoint_ids) + 4):
         for endpoint_id in endpoint_ids:
             # The task id names the delivery (endpoint and event): Flower shows one per

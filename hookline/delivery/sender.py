@@ -32,6 +32,7 @@ from urllib3.exceptions import (
 )
 
 from hookline import __version__
+from hookline.core import ordering
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
 from hookline.core.headers import is_owned
@@ -105,8 +106,8 @@ def build_headers(endpoint: Endpoint, event: WebhookEvent, body: str) -> dict[st
         "Accept": "*/*",
     }
     if event.sequence is not None:
-        owned["Hookline-Sequence"] = str(event.sequence)
-        owned["Hookline-Ordering-Key"] = event.ordering_key or endpoint.id
+        owned[ordering.SEQUENCE_HEADER] = str(event.sequence)
+        owned[ordering.KEY_HEADER] = event.ordering_key or endpoint.id
     if not endpoint.headers:
         return owned
     extra = {name: value for name, value in endpoint.headers.items() if not is_owned(name)}

@@ -60,6 +60,7 @@ from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterFilter, Dea
 from hookline.store.deadletter_index import Position, endpoint_of, reindex_endpoints
 from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.endpoints import EndpointRegistry
+from hookline.store.ordering import OrderLines
 
 #: The orders a listing can be read in.
 ORDERS = ("oldest", "newest")
@@ -384,15 +385,25 @@ def replay(actor: Actor, plan: ReplayPlan, *, queue: DeadLetterQueue | None = No
 def purge(actor: Actor, entries: Sequence[DeadLetter], *,
           queue: DeadLetterQueue | None = None) -> int:
     """Delete exactly ``entries`` (as counted and confirmed): an event dead-lettered again
-    meanwhile has a new entry, which stays. Returns how many were deleted."""
+    meanwhile has a new entry, which stays. Returns how many were deleted. A deleted entry
+    that was the head of an ordered endpoint's key (policy ``block``) is discarded: the next
+    delivery of its key goes."""
     actor.require_act("purge dead letters")
     for entry in entries:
         require_letter_endpoint(actor, entry.endpoint_id)
     queue = queue or DeadLetterQueue()
+    heads = [entry for entry in entries if entry.sequence is not None]  # of ordered keys
+    rest = [entry for entry in entries if entry.sequence is None]
     removed = sum(
         queue.remove_unchanged({entry.id: entry.dead_lettered_at
-                                for entry in entries[start:start + PURGE_BATCH]})
-        for start in range(0, len(entries), PURGE_BATCH))
+                                for entry in rest[start:start + PURGE_BATCH]})
+        for start in range(0, len(rest), PURGE_BATCH))
+    lines = OrderLines(queue.redis)
+    for head in heads:  # one at a time: only a head whose entry went lets its key go on
+        if queue.remove_unchanged({head.id: head.dead_lettered_at}):
+            removed += 1
+            lines.advance(head.endpoint_id, head.ordering_key or head.endpoint_id,
+                          head.event_id)
     audit.record(actor, "dead_letter.purge", f"{removed} dead letter(s)", app=_app_of(actor))
     return removed
 

@@ -2,7 +2,8 @@
 
 One Redis hash per endpoint (``hookline:{ep}:endpoint``) plus a set of all ids, and for an
 endpoint of an application, a set of that application's endpoint ids
-(``hookline:{app:<id>}:endpoints``). Secrets live only here; tasks carry the endpoint id, never
+(``hookline:{app:<id>}:endpoints``), and the set of the ordered ones' ids
+(``hookline:ordered_endpoints``). Secrets live only here; tasks carry the endpoint id, never
 its URL or secret. Every field is checked on its way in (``hookline.core.endpoint_validation``).
 """
 
@@ -116,9 +117,14 @@ class EndpointRegistry:
         self.redis.sadd(self._index_key(endpoint_id), endpoint_id)
         if app:
             self.redis.sadd(keys.app_endpoints_key(app), endpoint_id)
+        if endpoint.ordered:
+            self.redis.sadd(keys.ORDERED_ENDPOINTS, endpoint_id)
         script = self.redis.register_script(store.load_script("add_endpoint"))
         flat = [item for pair in endpoint.to_hash().items() for item in pair]
         if not script(keys=[keys.endpoint_key(endpoint_id)], args=flat):
+            if endpoint.ordered and self.redis.hget(keys.endpoint_key(endpoint_id),
+                                                    "ordered") != "1":
+                self.redis.srem(keys.ORDERED_ENDPOINTS, endpoint_id)
             raise EndpointError(f"endpoint {endpoint_id!r} exists already: use 'endpoint update'")
         return endpoint
 
@@ -145,20 +151,24 @@ class EndpointRegistry:
                 f"the type first ('hookline event-type add'), or see 'hookline event-type list'",
                 "events")
 
-    def receivers(self, app_id: str, event_type: str, channels: Sequence[str]) -> list[str]:
+    def receivers(self, app_id: str, event_type: str, channels: Sequence[str]
+                  ) -> tuple[list[str], list[str]]:
         """The ids of application ``app_id``'s enabled endpoints whose subscription matches
-        an event of ``event_type`` carrying ``channels``, sorted: two round trips, reading
-        only the fields that decide (``hookline.publish``)."""
+        an event of ``event_type`` carrying ``channels``, sorted, as (not ordered, ordered):
+        two round trips, reading only the fields that decide (``hookline.publish``)."""
         ids = sorted(self.redis.smembers(keys.app_endpoints_key(app_id)))
         pipe = self.redis.pipeline(transaction=False)
         for endpoint_id in ids:
             pipe.hmget(keys.endpoint_key(endpoint_id), "app", "enabled", "event_types",
-                       "channels")
-        return [endpoint_id for endpoint_id, (owner, enabled, filters, listened)
-                in zip(ids, pipe.execute(), strict=True)
-                if owner == app_id and enabled == "1" and subscribed(
+                       "channels", "ordered")
+        found: tuple[list[str], list[str]] = ([], [])
+        for endpoint_id, (owner, enabled, filters, listened, ordered) in zip(
+                ids, pipe.execute(), strict=True):
+            if owner == app_id and enabled == "1" and subscribed(
                     json.loads(filters or "[]"), json.loads(listened or "[]"), event_type,
-                    channels)]
+                    channels):
+                found[ordered == "1"].append(endpoint_id)
+        return found
 
     def members(self, app_id: str) -> list[Endpoint]:
         """The endpoints of application ``app_id``, sorted by id (an id indexed whose hash
@@ -263,9 +273,13 @@ class EndpointRegistry:
         moved = "app" in changes and changes["app"] != endpoint.app
         if moved and changes["app"]:
             self.redis.sadd(keys.app_endpoints_key(changes["app"]), endpoint_id)
+        if changes.get("ordered"):
+            self.redis.sadd(keys.ORDERED_ENDPOINTS, endpoint_id)
         saved = self._save(replace(endpoint, **changes))
         if moved and endpoint.app:
             self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)
+        if changes.get("ordered") is False:
+            self.redis.srem(keys.ORDERED_ENDPOINTS, endpoint_id)
         return saved
 
     def rotate_secret(self, endpoint_id: str, *, secret: str | None = None,
@@ -339,6 +353,7 @@ class EndpointRegistry:
         # its hash.
         self.redis.delete(*keys.endpoint_owned_keys(endpoint_id))
         self.redis.srem(self._index_key(endpoint_id), endpoint_id)
+        self.redis.srem(keys.ORDERED_ENDPOINTS, endpoint_id)
         if endpoint.app:
             self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)
 
@@ -370,3 +385,10 @@ def registered_ids(redis_client: Any) -> list[str]:
     for index in keys.endpoint_index_keys(settings().state_shards):
         found.update(redis_client.smembers(index))
     return sorted(found)
+
+
+def ordered_ids(redis_client: Any) -> list[str]:
+    """The ids of the ordered endpoints, sorted (``keys.ORDERED_ENDPOINTS``: like the index,
+    marked before the endpoint's hash says it, unmarked after, so an id there may for a moment
+    be an endpoint gone or no longer ordered: callers read the endpoint's ``ordered``)."""
+    return sorted(redis_client.smembers(keys.ORDERED_ENDPOINTS))

@@ -48,10 +48,16 @@ class PublishedEvent:
     cursor: int
     published_at: float
     finished_at: float | None
+    #: The ordering key given at publish (ordered endpoints' lines).
+    ordering_key: str | None = None
+    #: The ordered receivers, whose deliveries ``publish`` enqueues itself, in publish order
+    #: (``lined_done`` once it has; the fan-out task does it when a publisher died first).
+    lined: tuple[str, ...] = ()
+    lined_done: bool = False
 
     @property
     def finished(self) -> bool:
-        return self.cursor >= len(self.receivers)
+        return self.cursor >= len(self.receivers) and (self.lined_done or not self.lined)
 
     def to_fields(self) -> dict[str, str]:
         return {
@@ -63,6 +69,8 @@ class PublishedEvent:
             "total": str(len(self.receivers)),
             "cursor": str(self.cursor),
             "published_at": repr(self.published_at),
+            "ordering_key": self.ordering_key or "",
+            "lined": json.dumps(list(self.lined)),
         }
 
     @classmethod
@@ -78,12 +86,16 @@ class PublishedEvent:
             cursor=int(data.get("cursor") or 0),
             published_at=float(data.get("published_at") or 0),
             finished_at=float(data["finished_at"]) if data.get("finished_at") else None,
+            ordering_key=data.get("ordering_key") or None,
+            lined=tuple(json.loads(data.get("lined") or "[]")),
+            lined_done=data.get("lined_done") == "1",
         )
 
     def public(self) -> dict[str, Any]:
         return {"app": self.app_id, "event_id": self.event_id, "event_type": self.event_type,
                 "channels": list(self.channels), "deadline": self.deadline,
-                "receivers": list(self.receivers), "enqueued": self.cursor,
+                "receivers": [*self.lined, *self.receivers], "enqueued": self.cursor + (
+                    len(self.lined) if self.lined_done else 0),
                 "published_at": self.published_at, "finished_at": self.finished_at}
 
 
@@ -119,6 +131,10 @@ class FanoutLog:
     def get(self, app_id: str, event_id: str) -> PublishedEvent | None:
         data = self.redis.hgetall(keys.published_key(app_id, event_id))
         return PublishedEvent.from_hash(app_id, event_id, data) if data else None
+
+    def mark_lined(self, app_id: str, event_id: str) -> None:
+        """Record that the ordered receivers' deliveries are enqueued."""
+        self.redis.hset(keys.published_key(app_id, event_id), "lined_done", "1")
 
     def advance(self, app_id: str, event_id: str, cursor: int, total: int) -> int:
         """Record that the first ``cursor`` receivers' deliveries are enqueued."""

@@ -18,6 +18,10 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: The set of all endpoint ids.
 ENDPOINT_INDEX = "hookline:endpoints"
+#: The ids of the ordered endpoints (a set, kept by ``hookline.store.endpoints`` on add, update
+#: and remove): what ``hookline stats`` and the metrics read the lines of, without reading every
+#: endpoint. One key: an ordered endpoint needs the broker on Hookline's Redis, never a cluster.
+ORDERED_ENDPOINTS = "hookline:ordered_endpoints"
 #: The broker's doorbells, one per queue (:func:`doorbell_key`): lists of wake-up tokens, one
 #: pushed with every message pushed onto the queue; an idle consumer blocks on its queues'
 #: doorbells (BLMPOP), so each token wakes exactly one consumer of that queue

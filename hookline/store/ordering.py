@@ -32,6 +32,20 @@ class KeyLine:
     waiting: int
 
 
+@dataclass(frozen=True)
+class LineCounts:
+    """An ordered endpoint's lines counted: keys with a delivery out, deliveries waiting
+    behind their heads, and the heads of a few keys (``(key, event id)``: the first ones a scan
+    gives, at most the sample asked for)."""
+
+    endpoint_id: str
+    app: str | None
+    policy: str
+    keys_out: int
+    waiting: int
+    sampled_heads: tuple[tuple[str, str], ...] = ()
+
+
 def _head(value: str) -> tuple[str, int]:
     event, _, sequence = value.rpartition("\n")
     return event, int(sequence or 0)
@@ -101,3 +115,27 @@ class OrderLines:
         pipe.hget(keys.endpoint_key(endpoint_id), "order_waiting")
         active, waiting = pipe.execute()
         return int(active), int(waiting or 0)
+
+    def census(self, endpoint_ids: list[str], *, sample: int = 0) -> list[LineCounts]:
+        """The counts of the ordered ones among ``endpoint_ids`` (one gone or not ordered is
+        left out), and the heads of up to ``sample`` keys of each: one pipelined round trip,
+        whatever the number of keys."""
+        if not endpoint_ids:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in endpoint_ids:
+            pipe.hmget(keys.endpoint_key(endpoint_id), "url", "ordered", "order_policy", "app",
+                       "order_waiting")
+            pipe.hlen(keys.order_heads_key(endpoint_id))
+            if sample:
+                pipe.hscan(keys.order_heads_key(endpoint_id), 0, count=sample)
+        replies = iter(pipe.execute())
+        found = []
+        for endpoint_id in endpoint_ids:
+            (url, ordered, policy, app, waiting), active = next(replies), next(replies)
+            heads = next(replies)[1] if sample else {}
+            if url and ordered == "1":
+                sampled = tuple((key, _head(value)[0]) for key, value in heads.items())
+                found.append(LineCounts(endpoint_id, app or None, policy or "block",
+                                        int(active), int(waiting or 0), sampled[:sample]))
+        return found

@@ -73,7 +73,9 @@ class DeliveryMessages:
         self.event, self.size, self.app, self.payload = event, size, app, payload
         # An id or type holding a stand-in's text would be filled in too: build those whole.
         self.whole = "@@hookline-" in event.event_id + event.event_type
-        self.kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline})
+        self.kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline,
+                               **({"ordering_key": event.ordering_key}
+                                  if event.ordering_key else {})})
         template = json.loads(build_message(
             app, task_name=TASK_NAME, task_id=_TASK_ID, args=(_ENDPOINT, event.event_type, payload),
             kwargs=self.kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR))

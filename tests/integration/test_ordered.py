@@ -156,3 +156,41 @@ def test_pause_and_resume_keep_each_keys_order(private, receiver, start_worker):
 
     resume_endpoint(registry, "pausing")
     wait_until(lambda: delivered_order(receiver, "/pausing") == sent, timeout=30)
+
+
+def test_published_events_join_each_ordered_endpoints_lines_in_publish_order(
+        private, receiver, start_worker):
+    from hookline import publish
+    from hookline.store.apps import AppRegistry
+
+    AppRegistry().add("shop")
+    registry = EndpointRegistry()
+    registry.add("shop-ordered", receiver.route("/shop-ordered", flaky(0.3)), app="shop",
+                 ordered=True)
+    registry.add("shop-plain", receiver.route("/shop-plain", always(Reply(204))), app="shop")
+    start_worker("publishing", extra_env=env(private))
+    sent: dict[str, list[str]] = defaultdict(list)
+    for n in range(40):
+        key = f"order-{n % 2}"
+        sent[key].append(publish("shop", "order.updated", {"n": n}, event_id=f"pub-{n:03d}",
+                                 ordering_key=key))
+    wait_until(lambda: delivered_order(receiver, "/shop-ordered") == sent, timeout=60,
+               what=lambda: delivered_order(receiver, "/shop-ordered"))
+    wait_until(lambda: len({r.webhook_id for r in receiver.requests_to("/shop-plain")}) == 40)
+    assert max(receiver.most_in_flight_by_key.values()) == 1
+
+
+def test_discarding_a_blocked_head_lets_its_key_go_on(private, receiver, start_worker):
+    from hookline.service import dead_letters
+    from hookline.service.actor import cli_actor
+
+    EndpointRegistry().add("discard", receiver.route("/discard", always(Reply(204))),
+                           ordered=True)
+    receiver.answer_event("order-0-0000", Reply(400))
+    start_worker("discard", extra_env=env(private))
+    enqueue_keys("discard", keys=1, per_key=3)
+    wait_until(lambda: DeadLetterQueue().get("discard/order-0-0000") is not None)
+    assert OrderLines().counts("discard") == (1, 2)  # blocked: its head out, two waiting
+    assert dead_letters.purge(cli_actor(), [DeadLetterQueue().get("discard/order-0-0000")]) == 1
+    wait_until(lambda: delivered_order(receiver, "/discard").get("order-0") == [
+        "order-0-0001", "order-0-0002"])

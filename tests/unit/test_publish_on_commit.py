@@ -40,7 +40,8 @@ def app() -> Flask:
 def test_a_request_that_ends_well_publishes_after_its_response(app, published):
     assert app.test_client().post("/orders/201").status_code == 201
     assert published == [(("shop", "order.created", {"order_id": 7}),
-                           {"event_id": "evt-7", "channels": ("eu",), "deadline": None})]
+                           {"event_id": "evt-7", "channels": ("eu",), "deadline": None,
+                            "ordering_key": None})]
 
 
 def test_an_error_response_publishes_nothing(app, published):

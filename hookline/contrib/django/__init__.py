@@ -102,6 +102,7 @@ def send_webhook_on_commit(
     *,
     deadline: float | datetime | None = None,
     using: str | None = None,
+    ordering_key: str | None = None,
 ) -> str:
     """Check an event now and enqueue it when the current transaction of database ``using``
     commits; returns its event id. Outside a transaction it is enqueued at once.
@@ -114,7 +115,7 @@ def send_webhook_on_commit(
     committed, the event is not queued) and an ``enqueue.failed`` line names the event.
     """
     event = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline,
-                          bind=False)
+                          bind=False, ordering_key=ordering_key)
     transaction.on_commit(partial(enqueue_logged, event), using=using)
     return event.event_id
 
@@ -128,6 +129,7 @@ def publish_on_commit(
     channels: Sequence[str] | None = None,
     deadline: float | datetime | None = None,
     using: str | None = None,
+    ordering_key: str | None = None,
 ) -> str:
     """Publish an event to an application's subscribed endpoints (``hookline.publish``) when
     the current transaction of database ``using`` commits; returns its event id. Outside a
@@ -136,6 +138,6 @@ def publish_on_commit(
     commit, where a failure propagates from the commit and a ``publish.failed`` line names the
     event. A rolled-back transaction publishes nothing."""
     publication = prepare_publication(app_id, event_type, payload, event_id, channels,
-                                      deadline)
+                                      deadline, ordering_key)
     transaction.on_commit(partial(publish_logged, publication), using=using)
     return publication.event_id
