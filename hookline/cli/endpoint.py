@@ -1,5 +1,5 @@
 """``hookline endpoint``: register and manage the receivers of webhooks (add, list, show,
-update, disable, enable, pause, resume, remove, rotate-secret).
+update, disable, enable, pause, resume, remove, rotate-secret, lines).
 
 A signing secret is printed once, when ``endpoint add`` generates it, and masked everywhere
 else; an ed25519 key's public key is printed when it is made and by ``show``, its private key
@@ -16,6 +16,7 @@ import click
 from hookline.cli.apps import subscription_text
 from hookline.cli.breaker import breaker_json, describe
 from hookline.cli.event import describe_last_error, describe_recent
+from hookline.cli.ordering import endpoint_lines
 from hookline.cli.output import echo_fields, echo_json, echo_table, format_time, shorten
 from hookline.cli.params import HeaderParam, JsonParam
 from hookline.cli.secret import (
@@ -345,3 +346,4 @@ def endpoint_remove(endpoint_id: str, yes: bool) -> None:
 
 
 endpoint.add_command(rotate_secret)
+endpoint.add_command(endpoint_lines)

@@ -22,6 +22,7 @@ from hookline.cli.output import (
 from hookline.cli.schedule import schedule_json, schedule_rows
 from hookline.core.config import settings
 from hookline.service.actor import cli_actor
+from hookline.service.ordering import OrderedCounts
 from hookline.service.stats import BrokerUnreachable, StatsSnapshot, stats_snapshot
 from hookline.transport.rabbitmq import BrokerUnavailable
 
@@ -86,7 +87,30 @@ def _report(snapshot: StatsSnapshot) -> dict[str, Any]:
         "throttled": snapshot.throttled,
         "in_flight": snapshot.in_flight,
         "workers": snapshot.workers,
+        "ordered": [counts.as_dict() for counts in snapshot.ordered],
     }
+
+
+def _blocked_text(counts: OrderedCounts) -> str:
+    if counts.blocked_checked >= counts.keys_out:
+        return f"{counts.blocked} blocked"
+    return f"{counts.blocked} blocked among the first {counts.blocked_checked} keys"
+
+
+def _ordered_rows(ordered: list[OrderedCounts]) -> list[tuple[str, Any]]:
+    """The ordered endpoints' lines: the totals, then each endpoint, the most waiting first."""
+    if not ordered:
+        return [("ordered endpoints", "none")]
+    busiest = sorted(ordered, key=lambda counts: (-counts.waiting, -counts.keys_out,
+                                                  counts.endpoint_id))
+    return [
+        ("ordered endpoints", f"{len(ordered)}: {sum(c.keys_out for c in ordered)} keys with a "
+                              f"delivery out, {sum(c.waiting for c in ordered)} waiting"),
+        *_named([(f"  {counts.endpoint_id}", f"{counts.keys_out} keys out, {counts.waiting} "
+                                             f"waiting, {_blocked_text(counts)} (policy "
+                                             f"{counts.policy})")
+                 for counts in busiest]),
+    ]
 
 
 def _rows(snapshot: StatsSnapshot) -> list[tuple[str, Any]]:
@@ -116,6 +140,7 @@ def _rows(snapshot: StatsSnapshot) -> list[tuple[str, Any]]:
                                              "waiting" + (f" (cap {row['max_in_flight']})"
                                                           if row["max_in_flight"] else ""))
                  for row in snapshot.in_flight]),
+        *_ordered_rows(snapshot.ordered),
         *_workers_rows(snapshot.workers),
     ]
 
@@ -146,9 +171,9 @@ def _stats_frame(as_json: bool, interval: float) -> str:
 @click.option("--iterations", type=click.IntRange(min=1), hidden=True,
               help="Stop --watch after N refreshes (for tests).")
 def stats(as_json: bool, watch: bool, interval: float, iterations: int | None) -> None:
-    """Queue depths, scheduled retries, dead letters by reason, attempts in flight, live
-    worker processes, and endpoints with a breaker
-    not closed, a Retry-After block or events waiting for rate slots: one screen."""
+    """Queue depths, scheduled retries, dead letters by reason, attempts in flight, ordered
+    endpoints' keys out and deliveries waiting, live worker processes, and endpoints with a
+    breaker not closed, a Retry-After block or events waiting for rate slots: one screen."""
     if watch:
         watch_frames(lambda: _stats_frame(as_json, interval), interval=interval,
                      iterations=iterations, redraw=not as_json)

@@ -1,5 +1,6 @@
 """The application and endpoint pages: the applications, a paginated list of endpoints (by
-application, by id search), one endpoint's health, and its actions (pause and resume, disable
+application, by id search), one endpoint's health (an ordered endpoint's: its first keys'
+lines too), and its actions (pause and resume, disable
 and enable, breaker reset, secret rotation).
 
 Each action is one service call: the service refuses a read-only actor, keeps a tenant inside
@@ -9,16 +10,20 @@ the POST that made it (no redirect, ``Cache-Control: no-store``), and never agai
 
 from __future__ import annotations
 
+from typing import Any
+
 from werkzeug.wrappers import Response
 
 from hookline.console.visit import Routes, Visit
-from hookline.service import apps, endpoint_actions, endpoints
+from hookline.service import apps, endpoint_actions, endpoints, ordering
 
 routes = Routes("endpoints")
 
 #: Applications or endpoints per page unless ``?limit=`` asks for another number (the
 #: service bounds it).
 PAGE_SIZE = 50
+#: Ordering keys an ordered endpoint's page lists, those with the most waiting first.
+PAGE_LINES = 20
 
 
 @routes.get("/apps")
@@ -40,10 +45,18 @@ def endpoint_list(visit: Visit) -> Response:
     return visit.render("endpoints.html", page=page, query=query)
 
 
+def endpoint_page(visit: Visit, endpoint_id: str) -> dict[str, Any]:
+    """What endpoint.html draws, on the console and the portal alike: the endpoint's health
+    and, when it is ordered, its first :data:`PAGE_LINES` keys' lines (else None)."""
+    health = endpoints.endpoint_health(visit.actor, endpoint_id)
+    lines = (ordering.key_lines(visit.actor, endpoint_id, limit=PAGE_LINES)
+             if health.summary.public["ordered"] else None)
+    return {"health": health, "endpoint": health.summary, "lines": lines}
+
+
 @routes.get("/endpoints/<endpoint_id>")
 def endpoint_show(visit: Visit) -> Response:
-    health = endpoints.endpoint_health(visit.actor, str(visit.args["endpoint_id"]))
-    return visit.render("endpoint.html", health=health, endpoint=health.summary)
+    return visit.render("endpoint.html", **endpoint_page(visit, str(visit.args["endpoint_id"])))
 
 
 def _done(visit: Visit, notice: str) -> Response:

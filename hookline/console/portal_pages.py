@@ -14,6 +14,7 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
+from hookline.console.endpoints import endpoint_page
 from hookline.console.visit import Face, Routes, Visit
 from hookline.service import dead_letters, endpoint_actions, endpoints, events
 from hookline.service.dead_letters import DeadLetterQuery
@@ -78,8 +79,7 @@ def endpoint_add(visit: Visit) -> Response:
 
 @routes.get("/endpoints/<endpoint_id>")
 def endpoint_show(visit: Visit) -> Response:
-    health = endpoints.endpoint_health(visit.actor, _endpoint_id(visit))
-    return render(visit, "endpoint.html", health=health, endpoint=health.summary)
+    return render(visit, "endpoint.html", **endpoint_page(visit, _endpoint_id(visit)))
 
 
 def _back(visit: Visit, notice: str) -> Response:

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from hookline.core.event import MAX_KEPT_DEPTH, nested_deeper_than
+from hookline.core.event import EVENT_ID_PATTERN, MAX_KEPT_DEPTH, nested_deeper_than
 
 #: The Celery task name of one delivery.
 TASK_NAME = "hookline.deliver"
@@ -43,11 +43,13 @@ def delivery_headers(args: Any, kwargs: Any, task_id: Any) -> dict[str, str]:
     if not (isinstance(endpoint_id, str) and isinstance(event_id, str)):
         return {}
     headers = {"hookline_endpoint": endpoint_id, "hookline_event": event_id}
+    if not isinstance(kwargs, dict):
+        return headers
     # An ordered endpoint's line (consume.lua): the event's ordering key, and its place in
     # the key's line once it has one (a replay keeps it).
     ordering_key = kwargs.get("ordering_key")
-    if isinstance(ordering_key, str) and ordering_key:
-        headers["hookline_okey"] = ordering_key
+    if isinstance(ordering_key, str) and EVENT_ID_PATTERN.match(ordering_key):
+        headers["hookline_okey"] = ordering_key  # (an invalid one: the worker dead-letters it)
     sequence = kwargs.get("sequence")
     if isinstance(sequence, int) and not isinstance(sequence, bool) and sequence > 0:
         headers["hookline_seq"] = str(sequence)

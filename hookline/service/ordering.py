@@ -172,20 +172,14 @@ def key_lines(actor: Actor, endpoint_id: str, *, limit: int = 50) -> EndpointLin
                          _explained(order.redis, endpoint, found))
 
 
-def _blocked(letters: DeadLetterQueue, counts: LineCounts) -> int:
-    """How many of the sampled heads are dead-lettered (under policy ``block``: the keys
-    they block), from ``letters`` already read."""
+def _blocked(dead_lettered: set[str], counts: LineCounts) -> tuple[int, int]:
+    """(blocked keys, keys looked at): the sampled heads among the ``dead_lettered`` entry
+    ids, under policy ``block``; under ``skip`` no key blocks, so all are known."""
     if counts.policy != "block":
-        return 0
-    return sum(1 for _, event_id in counts.sampled_heads
-               if f"{counts.endpoint_id}/{event_id}" in letters.found)
-
-
-@dataclass
-class _Letters:
-    """The dead letters found among the heads looked at (entry ids)."""
-
-    found: set[str]
+        return 0, counts.keys_out
+    return (sum(1 for _, event_id in counts.sampled_heads
+                if f"{counts.endpoint_id}/{event_id}" in dead_lettered),
+            len(counts.sampled_heads))
 
 
 def ordered_counts(actor: Actor) -> list[OrderedCounts]:
@@ -195,10 +189,9 @@ def ordered_counts(actor: Actor) -> list[OrderedCounts]:
     order = OrderLines()
     counted = [counts for counts in order.census(ordered_ids(order.redis), sample=BLOCKED_SAMPLE)
                if actor.sees_app(counts.app)]
-    queue = DeadLetterQueue(order.redis)
     wanted = [f"{counts.endpoint_id}/{event_id}" for counts in counted
               if counts.policy == "block" for _, event_id in counts.sampled_heads]
-    letters = _Letters(set(queue.get_many(wanted)) if wanted else set())
+    dead_lettered = set(DeadLetterQueue(order.redis).get_many(wanted)) if wanted else set()
     return [OrderedCounts(counts.endpoint_id, counts.policy, counts.keys_out, counts.waiting,
-                          _blocked(letters, counts), len(counts.sampled_heads))
+                          *_blocked(dead_lettered, counts))
             for counts in counted]

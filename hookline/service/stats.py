@@ -4,7 +4,8 @@ outcomes over time, per minute.
 Public API::
 
     stats_snapshot(actor) -> StatsSnapshot      # endpoints, queues, schedule, dead letters,
-                                                # breakers, throttled, in flight, workers
+                                                # breakers, throttled, in flight, workers,
+                                                # ordered endpoints' lines (counted)
     overview(actor) -> Overview                 # the console's: bounded figures and a page
                                                 # of breakers needing attention (a sample)
     series(actor, *, minutes=60, now=None) -> list[MinuteOutcomes]   # oldest minute first
@@ -31,6 +32,7 @@ from hookline.core.errors import HooklineError
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.service.actor import Actor
 from hookline.service.endpoints import EndpointSummary, all_endpoints
+from hookline.service.ordering import OrderedCounts, ordered_counts
 from hookline.service.schedule import schedule_stats
 from hookline.store import connection as store
 from hookline.store import keys
@@ -80,6 +82,8 @@ class StatsSnapshot:
     workers: dict[str, Any] | None = None
     #: Redis time (Unix seconds) when the snapshot was taken: what "due in 12s" is against.
     redis_now: float = 0.0
+    #: The ordered endpoints' lines, counted (``hookline.service.ordering.ordered_counts``).
+    ordered: list[OrderedCounts] = field(default_factory=list)
 
     @property
     def paused(self) -> list[str]:
@@ -229,6 +233,7 @@ def stats_snapshot(actor: Actor) -> StatsSnapshot:
         in_flight=in_flight(endpoints),
         workers=None if scoped else workers_report(),
         redis_now=store.redis_time(store.client()),
+        ordered=ordered_counts(actor),
     )
 
 

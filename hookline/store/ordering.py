@@ -16,6 +16,7 @@ from typing import Any
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.endpoints import ordered_ids
 
 #: Heads read per round trip when the lines are listed or released.
 _PAGE = 500
@@ -49,6 +50,18 @@ class LineCounts:
 def _head(value: str) -> tuple[str, int]:
     event, _, sequence = value.rpartition("\n")
     return event, int(sequence or 0)
+
+
+def ordered_endpoints(redis_client: Any = None) -> list[str]:
+    """The ids of the ordered endpoints (their set, each one's ``ordered`` field read to
+    confirm it): one round trip for the set, one for the fields."""
+    client = redis_client or store.client()
+    ids = ordered_ids(client)
+    pipe = client.pipeline(transaction=False)
+    for endpoint_id in ids:
+        pipe.hget(keys.endpoint_key(endpoint_id), "ordered")
+    return [endpoint_id for endpoint_id, ordered in zip(ids, pipe.execute(), strict=True)
+            if ordered == "1"]
 
 
 class OrderLines:

@@ -1,5 +1,6 @@
 """Prometheus ``/metrics``: the gauges read from Redis when scraped (queue depths, scheduled
-retries, dead letters, breakers), and the engine's counters (``hookline.core.metrics``).
+retries, dead letters, breakers, ordered endpoints' lines), and the engine's counters
+(``hookline.core.metrics``).
 
 Two servers, each serving what it alone knows:
 
@@ -39,7 +40,8 @@ from hookline.core.metrics import BREAKER_STATES, QUEUES
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.endpoints import registered_ids
+from hookline.store.endpoints import ordered_ids, registered_ids
+from hookline.store.ordering import OrderLines
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
 
@@ -95,6 +97,7 @@ class RedisStateCollector(Collector):
         breakers = pipe.execute() if endpoint_ids else []
         now_ms = store.redis_time(client) * 1000
         lengths = queue_lengths(broker)
+        ordered = OrderLines(client).census(ordered_ids(client))
 
         yield _gauge("hookline_queue_depth", "Messages waiting in a Celery queue: hookline "
                      "(first deliveries) or hookline.retry (released retries).", "queue",
@@ -139,6 +142,15 @@ class RedisStateCollector(Collector):
                      ((endpoint_id, int(inflight or 0))
                       for endpoint_id, (_, _, _, inflight) in zip(endpoint_ids, breakers,
                                                                   strict=True)))
+        yield _gauge("hookline_ordered_keys",
+                     "Ordering keys of each ordered endpoint with a delivery out (its head on "
+                     "a queue, in flight, in the retry schedule, or dead-lettered and blocking "
+                     "its key).", "endpoint",
+                     ((counts.endpoint_id, counts.keys_out) for counts in ordered))
+        yield _gauge("hookline_ordered_waiting",
+                     "Deliveries of each ordered endpoint waiting in its keys' lines behind "
+                     "their heads (they hold no worker slot).", "endpoint",
+                     ((counts.endpoint_id, counts.waiting) for counts in ordered))
         if not isinstance(broker, RabbitBroker):
             yield from _liveness_gauges(broker)
 

@@ -79,6 +79,26 @@ def _check_secrets_at_rest(sender: Any = None, **_: object) -> None:
                   detail="some are stored in plain text: run 'hookline secrets reencrypt'")
 
 
+@worker_init.connect
+def _check_ordered_endpoints(sender: Any = None, **_: object) -> None:
+    """An ordered endpoint's lines are kept by the consume script of a broker that is
+    Hookline's own Redis: a worker on any other broker would deliver its events out of order,
+    so it refuses to start while one exists."""
+    if not _ours(sender) or settings().broker_is_state:
+        return
+    from hookline.store.ordering import ordered_endpoints
+
+    try:
+        found = ordered_endpoints()
+    except redis.RedisError:
+        return
+    if found:
+        raise SystemExit(
+            f"hookline: endpoint {found[0]!r} is ordered, which needs the broker to be "
+            "Hookline's own Redis (HOOKLINE_BROKER_URL unset or equal to REDIS_URL); make it "
+            f"unordered first ('hookline endpoint update {found[0]} --unordered')")
+
+
 @after_setup_logger.connect
 @after_setup_task_logger.connect
 def _worker_logs(logger: logging.Logger, **_: object) -> None:

@@ -355,7 +355,8 @@ def test_stats_json_reports_endpoints_queues_and_dead_letters(
     succeeds("endpoint", "disable", "crm")
     report = json_out("stats")
     assert set(report) == {"at", "endpoints", "paused", "queues", "schedule", "dead_letters",
-                           "breakers", "throttled", "in_flight", "workers"}
+                           "breakers", "throttled", "in_flight", "workers", "ordered"}
+    assert report["ordered"] == []  # no ordered endpoint
     assert set(report["workers"]) == {"live", "dead_restoring", "declared_dead", "restored"}
     assert abs(report["at"] - time.time()) < 5
     assert report["endpoints"] == {"total": 2, "enabled": 1, "disabled": 1, "paused": 0}

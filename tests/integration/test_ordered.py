@@ -194,3 +194,30 @@ def test_discarding_a_blocked_head_lets_its_key_go_on(private, receiver, start_w
     assert dead_letters.purge(cli_actor(), [DeadLetterQueue().get("discard/order-0-0000")]) == 1
     wait_until(lambda: delivered_order(receiver, "/discard").get("order-0") == [
         "order-0-0001", "order-0-0002"])
+
+
+def test_a_bad_ordering_key_is_refused_where_it_enters_and_dead_lettered_past_it(
+        private, receiver, start_worker):
+    from hookline import WebhookInputError, deliver
+
+    EndpointRegistry().add("keyed", receiver.route("/keyed", always(Reply(204))), ordered=True)
+    with pytest.raises(WebhookInputError, match="ordering key 'two words' is invalid"):
+        send_webhook("keyed", "order.paid", {}, ordering_key="two words")
+    start_worker("keyed", extra_env=env(private))
+    deliver.delay("keyed", "order.paid", {}, event_id="bad-key", ordering_key="x" * 300)
+    wait_until(lambda: DeadLetterQueue().get("keyed/bad-key") is not None)
+    assert DeadLetterQueue().get("keyed/bad-key").reason == "malformed"
+    assert receiver.requests_to("/keyed") == []
+
+
+def test_a_worker_on_another_broker_refuses_to_start_while_an_endpoint_is_ordered(private):
+    from tests.conftest import WorkerProcess
+
+    EndpointRegistry().add("strict", "http://127.0.0.1:9/strict", ordered=True)
+    process = WorkerProcess("elsewhere", extra_env={
+        **env(private), "HOOKLINE_BROKER_URL": private.url.rsplit("/", 1)[0] + "/1"})
+    assert process.process.wait(60) != 0
+    output = process.output()
+    process.stop()
+    assert "endpoint 'strict' is ordered" in output and "HOOKLINE_BROKER_URL" in output
+    assert " ready." not in output

@@ -82,7 +82,7 @@ class CannedGate(Gate):
         self.admission = admission
 
     def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
-              digest: str = "") -> Admission:
+              digest: str = "", ordering_key: str | None = None) -> Admission:
         return self.admission
 
 
