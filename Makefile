@@ -11,7 +11,7 @@ PYTHON ?= $(firstword $(foreach p,python3 python3.13 python3.12 python3.11,\
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
 .PHONY: install venv redis demo test test-fast test-scale test-compat lint bench bench-schedule bench-compare \
-	bench-retries bench-sealing chaos docs clean
+	bench-retries bench-sealing bench-ordered chaos docs clean
 
 install venv: $(STAMP)
 
@@ -86,6 +86,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.inflight
 	$(BIN)/python -m bench.console
 	$(BIN)/python -m bench.sealing
+	$(BIN)/python -m bench.ordered
 	$(BIN)/python -m bench.compare
 
 bench-schedule: $(STAMP)
@@ -105,6 +106,11 @@ bench-retries: $(STAMP)
 # Worker CPU per delivery with secrets encrypted at rest beside without (target <= 1.05).
 bench-sealing: $(STAMP)
 	$(BIN)/python -m bench.sealing $(BENCH_ARGS)
+
+# Ordered endpoints: 20,000 events on 200 keys under 503s and two kill -9 (order kept, no overlap),
+# a blocked key beside the others (target >= 0.9), ordered vs unordered events/s (target >= 0.5).
+bench-ordered: $(STAMP)
+	$(BIN)/python -m bench.ordered $(BENCH_ARGS)
 
 # Fault run under load on private Redis, receivers and workers: SIGKILL, SIGTERM, a Redis
 # restart, scale-out, a flapping receiver (summary in bench/results/chaos.json).
