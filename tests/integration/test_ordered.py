@@ -140,6 +140,16 @@ def test_skip_lets_the_next_go_and_the_sequence_shows_the_gap(private, receiver,
             if r.status == 204] == [1, 3, 4]
     assert DeadLetterQueue().get("skipping/order-0-0001").sequence == 2
 
+    # Replayed, the skipped one keeps its number: after the events it fell behind.
+    from hookline.service import dead_letters
+    from hookline.service.actor import cli_actor
+
+    receiver.answer_event("order-0-0001", None)
+    dead_letters.replay_one(cli_actor(), "skipping/order-0-0001")
+    wait_until(lambda: len(delivered_order(receiver, "/skipping")["order-0"]) == 4)
+    assert [int(r.headers["hookline-sequence"]) for r in receiver.requests_to("/skipping")
+            if r.status == 204] == [1, 3, 4, 2]
+
 
 def test_pause_and_resume_keep_each_keys_order(private, receiver, start_worker):
     registry = EndpointRegistry()
@@ -221,3 +231,24 @@ def test_a_worker_on_another_broker_refuses_to_start_while_an_endpoint_is_ordere
     process.stop()
     assert "endpoint 'strict' is ordered" in output and "HOOKLINE_BROKER_URL" in output
     assert " ready." not in output
+
+
+def test_retry_after_and_an_open_breaker_hold_the_lines_in_order(private, receiver, start_worker):
+    rng, lock = random.Random(3), threading.Lock()
+
+    def behaviour(attempt: int) -> Reply:
+        with lock:
+            roll = rng.random()
+        if attempt == 1 and roll < 0.15:
+            return Reply(429, headers={"Retry-After": "1"})
+        if attempt == 1 and roll < 0.3:
+            return Reply(503)  # five in a row open the breaker (threshold 5 in the tests)
+        return Reply(204)
+
+    EndpointRegistry().add("held", receiver.route("/held", behaviour), ordered=True)
+    start_worker("held", extra_env=env(private))
+    sent = enqueue_keys("held", keys=5, per_key=12)
+    wait_until(lambda: delivered_order(receiver, "/held") == sent, timeout=90,
+               what=lambda: {k: len(v) for k, v in delivered_order(receiver, "/held").items()})
+    assert any(r.status == 429 for r in receiver.requests_to("/held"))
+    assert max(receiver.most_in_flight_by_key.values()) == 1
