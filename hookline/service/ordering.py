@@ -11,9 +11,9 @@ Public API (``NotFound`` for an endpoint that does not exist or is outside
 Where the head is says why it waits (:func:`where_head_waits`): dead-lettered (under policy
 ``block`` the key waits for the dead letter's replay or discard), in the retry schedule (its
 retry's backoff, or the endpoint held: paused, circuit breaker open or probing, a
-Retry-After), else on a queue or in flight. Listing the lines reads every key of the endpoint
-(a length per key, a page of them per round trip: ``OrderLines.lines``), then three reads for
-the heads shown, whatever their number.
+Retry-After), else on a queue or in flight. Listing the lines reads the endpoint's keys, at
+most ``OrderLines.lines``' budget of them (a length per key, a page of them per round trip),
+then three reads for the heads shown, whatever their number.
 
 The counts are bounded: one pipelined read for every ordered endpoint (the set
 ``keys.ORDERED_ENDPOINTS``, not every endpoint), keys out and deliveries waiting from two

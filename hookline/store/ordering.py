@@ -20,6 +20,8 @@ from hookline.store.endpoints import ordered_ids
 
 #: Heads read per round trip when the lines are listed or released.
 _PAGE = 500
+#: Most keys read to list an endpoint's lines (``OrderLines.lines``).
+LOOK_AT_MOST = 5000
 
 
 @dataclass(frozen=True)
@@ -95,13 +97,16 @@ class OrderLines:
         """Every line of the endpoint back onto its queue, in order, and no key with a head:
         how many deliveries went back."""
         moved = 0
-        for line in self.lines(endpoint_id):
+        for line in self.lines(endpoint_id, budget=None):
             moved += self._script("release", line.key, endpoint_id=endpoint_id)
         return moved
 
-    def lines(self, endpoint_id: str, *, limit: int | None = None) -> list[KeyLine]:
-        """The keys with a delivery out, those with the most waiting first (at most ``limit``;
-        every key is read: a line's length is one LLEN, a page of them per round trip)."""
+    def lines(self, endpoint_id: str, *, limit: int | None = None,
+              budget: int | None = LOOK_AT_MOST) -> list[KeyLine]:
+        """The keys with a delivery out, those with the most waiting first (at most ``limit``).
+        A line's length is one LLEN, a page of them per round trip; at most ``budget`` keys
+        are read (None: every one), so that a page over an endpoint of a million keys stays
+        bounded: then the ones shown are the most waiting among those read."""
         found: list[KeyLine] = []
         heads = keys.order_heads_key(endpoint_id)
         batch: list[tuple[str, str]] = []
@@ -110,6 +115,8 @@ class OrderLines:
             if len(batch) >= _PAGE:
                 found += self._measured(endpoint_id, batch)
                 batch = []
+                if budget is not None and len(found) >= budget:
+                    break
         found += self._measured(endpoint_id, batch)
         found.sort(key=lambda line: (-line.waiting, line.key))
         return found if limit is None else found[:limit]
