@@ -95,8 +95,8 @@ def seed_dead_letters(endpoint_ids: list[str], count: int, now: float) -> None:
     from hookline.store.deadletter_index import ensure_endpoint_index
 
     queue = DeadLetterQueue()
-    # The queue is empty, so its per-endpoint indexes are complete: say so before writing,
-    # as a queue grown by workers of this version would have.
+    # The queue is empty, so its per-endpoint and per-status indexes are complete: say so
+    # before writing, as a queue grown by workers of this version would have.
     ensure_endpoint_index(queue.redis, queue.shards)
     chooser = random.Random(25)
     for start in range(0, count, BATCH):
@@ -225,7 +225,11 @@ def page_urls(console: Any, seeded: Seeded) -> dict[str, str]:
         {"endpoint": seeded.endpoint_id})
     add("dead letters by reason and time", "dead_letters.letter_list",
         {"reason": "rejected", "since": int(seeded.since), "until": int(seeded.until)})
+    add("dead letters by status", "dead_letters.letter_list", {"status": 503})
     add("bulk replay dry run", "dead_letters.bulk_confirm", {"reason": "expired"})
+    add("bulk replay dry run by status", "dead_letters.bulk_confirm", {"status": 503})
+    add("bulk replay dry run by status and reason", "dead_letters.bulk_confirm",
+        {"status": 503, "reason": "expired"})
     add("retry schedule", "overview.schedule")
     add("stats", "overview.stats")
     add("audit log", "overview.audit_log")

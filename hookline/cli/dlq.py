@@ -5,7 +5,8 @@ Replay and purge act on a selection (entry ids, ``--endpoint``, ``--reason``, ``
 ``--since``, ``--until``, ``--min-attempts``, ``--max-attempts``) and refuse to run with none
 unless ``--all`` says so; ``--dry-run`` shows what a selection holds without touching it. A
 large replay is spread in time through the retry schedule (``--rate``); ``trim`` applies the
-retention; ``reindex`` builds the per-endpoint index of entries older than it.
+retention; ``reindex`` builds the per-endpoint and per-status indexes of entries older than
+them.
 """
 
 from __future__ import annotations
@@ -370,8 +371,8 @@ def dlq_restore_spool() -> None:
 
 @dlq.command("reindex")
 def dlq_reindex() -> None:
-    """Index every dead letter by endpoint (after an upgrade from a version without the
-    per-endpoint index, or once older workers stopped writing). The first filtered read does
-    it too when it was never done; this is for doing it on purpose."""
+    """Index every dead letter by endpoint and by last status (after an upgrade from a version
+    without those indexes, or once older workers stopped writing). The first filtered read
+    does it too when it was never done; this is for doing it on purpose."""
     seen = dead_letters.reindex(cli_actor())
-    click.echo(f"indexed {seen} dead letter(s) by endpoint")
+    click.echo(f"indexed {seen} dead letter(s) by endpoint and status")

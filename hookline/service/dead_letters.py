@@ -57,7 +57,7 @@ from hookline.service.actor import Actor, NotFound
 from hookline.service.pages import Page, bounded_limit
 from hookline.store import deadletter as store
 from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.deadletter_index import Position, endpoint_of, reindex_endpoints
+from hookline.store.deadletter_index import Position, endpoint_of, reindex_shard
 from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.ordering import OrderLines
@@ -433,11 +433,11 @@ def restore_spool(actor: Actor, *, queue: DeadLetterQueue | None = None) -> int:
 
 
 def reindex(actor: Actor, *, queue: DeadLetterQueue | None = None) -> int:
-    """Add every entry to the per-endpoint indexes (after an upgrade, or a rolling one with
-    older workers still writing); returns how many entries were read."""
+    """Add every entry to the per-endpoint and per-status indexes (after an upgrade, or a
+    rolling one with older workers still writing); returns how many entries were read."""
     _unscoped(actor, "reindex dead letters")
     queue = queue or DeadLetterQueue()
-    seen = sum(reindex_endpoints(queue.redis, shard) for shard in queue.shards)
+    seen = sum(reindex_shard(queue.redis, shard) for shard in queue.shards)
     audit.record(actor, "dead_letter.reindex", f"{seen} dead letter(s)")
     return seen
 

@@ -2,11 +2,12 @@
 inspect and replay.
 
 ``hookline:{dlq}:entries`` is a hash of entry id -> JSON; ``hookline:{dlq}:by_time`` orders the
-ids by when they were dead-lettered; ``by_reason:<reason>``, ``by_endpoint:<endpoint>`` and
-``by_endpoint_reason:<reason>:<endpoint>`` do the same per reason, per endpoint and per both
-(``hookline.store.deadletter_index``), so a filtered page or count reads no entry it does not
-show. An entry id is ``<endpoint id>/<event id>``: the same event
-sent to two endpoints has two entries, and dead-lettering an event again replaces its entry.
+ids by when they were dead-lettered; ``by_reason:<reason>``, ``by_endpoint:<endpoint>``,
+``by_endpoint_reason:<reason>:<endpoint>`` and ``by_status:<status>`` do the same per reason,
+per endpoint, per both and per last HTTP status (``hookline.store.deadletter_index``), so a
+filtered page or count reads no entry it does not show. An entry id is ``<endpoint id>/<event
+id>``: the same event sent to two endpoints has two entries, and dead-lettering an event again
+replaces its entry.
 A ``conflict`` (another content sent under a used event id) is kept apart, as
 ``<endpoint id>/<event id>#conflict``, so it never replaces the entry of the event that owns
 the id.
@@ -41,7 +42,12 @@ import redis
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store import connection as store
-from hookline.store.deadletter_index import queue_indexing, queue_unindexing
+from hookline.store.deadletter_index import (
+    queue_removal,
+    remove_entries,
+    watched_statuses,
+    write_entries,
+)
 from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exported)
     DLQ_INDEX_KEY,
     DLQ_KEY,
@@ -225,12 +231,7 @@ class DeadLetterQueue:
         for entry in entries:
             grouped.setdefault(self.shard_of(entry.id), []).append(entry)
         for shard, shard_entries in grouped.items():
-            pipe = self.redis.pipeline(transaction=True)
-            for entry in shard_entries:
-                pipe.hset(shard.entries, entry.id, entry.to_json())
-                queue_indexing(pipe, shard, entry.id, entry.reason, entry.dead_lettered_at,
-                               REASONS)
-            pipe.execute()
+            write_entries(self.redis, shard, shard_entries, REASONS)
 
     def get(self, entry_id: str) -> DeadLetter | None:
         text = self.redis.hget(self.shard_of(entry_id).entries, entry_id)
@@ -325,18 +326,10 @@ class DeadLetterQueue:
         pipe.execute()
         return counts
 
-    def _queue_removal(self, pipe: Any, shard: DeadLetterKeys, ids: list[str]) -> None:
-        pipe.hdel(shard.entries, *ids)
-        queue_unindexing(pipe, shard, ids, REASONS)
-
     def remove(self, entry_ids: Iterable[str]) -> int:
         """Remove entries whatever they hold now (one transaction per shard)."""
-        removed = 0
-        for shard, ids in self._by_shard(entry_ids).items():
-            pipe = self.redis.pipeline(transaction=True)
-            self._queue_removal(pipe, shard, ids)
-            removed += int(pipe.execute()[0])
-        return removed
+        return sum(remove_entries(self.redis, shard, ids, REASONS)
+                   for shard, ids in self._by_shard(entry_ids).items())
 
     def remove_unchanged(self, dead_lettered_at: Mapping[str, float]) -> int:
         """Remove each entry id whose entry is still the one dead-lettered at the given time.
@@ -358,8 +351,9 @@ class DeadLetterQueue:
                             if score is not None and score == dead_lettered_at[entry_id]]
                     if not same:
                         return 0
+                    statuses = watched_statuses(pipe, shard)
                     pipe.multi()
-                    self._queue_removal(pipe, shard, same)
+                    queue_removal(pipe, shard, same, REASONS, statuses)
                     pipe.execute()
                     return len(same)
                 except redis.WatchError:  # the queue changed between the read and the write

@@ -1,14 +1,24 @@
-"""The dead-letter queue's indexes: by time, by reason, by endpoint, by endpoint and reason.
+"""The dead-letter queue's indexes: by time, by reason, by endpoint, by endpoint and reason, by
+last HTTP status.
 
 Each is a sorted set of entry ids scored by when they were dead-lettered, per shard
 (``keys.DeadLetterKeys``), written and removed in the same transaction as the entry itself
-(:func:`queue_indexing`, :func:`queue_unindexing`). A filtered page therefore reads one index
+(:func:`write_entries`, :func:`remove_entries`). A filtered page therefore reads one index
 from a position (:func:`page_of`: O(log N + page) per index) and a dry-run count is a ZCOUNT
 per index (:func:`count_of`): no entry is read for a filter on endpoint, reason and time.
+A status with an endpoint or a reason has no index of its own: the smaller of the two is read
+and each position read is kept if the other index holds it (``deadletter_pages``: one ZMSCORE
+per shard and step, still no entry read).
 
-Entries written by a version without the per-endpoint indexes are indexed once, by
-:func:`reindex_endpoints` (``hookline dlq reindex``, or the first read that needs the indexes
-of a shard whose ``endpoint_indexed`` marker is missing).
+The status indexes are one per status seen (``status_label``: the code, 100-599; ``0`` without
+a response; ``other``), named in the shard's ``statuses`` set. A transaction that indexes or
+removes an entry removes it from every index that set names, read under WATCH
+(:func:`in_transaction`): a status first seen meanwhile makes it start again, so an entry is
+never left in the index of a status it no longer has.
+
+Entries written by a version without the per-endpoint or per-status indexes are indexed once,
+by :func:`reindex_shard` (``hookline dlq reindex``, or the first read that needs the indexes of
+a shard whose ``endpoint_indexed`` or ``status_indexed`` marker is missing).
 
 A position (:class:`Position`) is an entry's score and id: the sorted sets order equal scores
 by id, so ``(score, id)`` is the index order and a page resumes after it exactly, even when the
@@ -20,9 +30,9 @@ from __future__ import annotations
 import heapq
 import json
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -36,6 +46,14 @@ REINDEX_BATCH = 500
 SLACK = 8
 #: Times a reindex step is tried again when the queue changed under it.
 REINDEX_ATTEMPTS = 20
+#: Times a write is tried when statuses are first seen under it (it fails after).
+WRITE_ATTEMPTS = 20
+#: The HTTP status codes with an index each; ``NO_STATUS`` and ``OTHER_STATUS`` hold the rest.
+HTTP_STATUSES = range(100, 600)
+#: The status label of entries whose last attempt had no response.
+NO_STATUS = "0"
+#: The status label of entries with a code outside ``HTTP_STATUSES`` (no filter selects them).
+OTHER_STATUS = "other"
 
 
 @dataclass(frozen=True, order=True)
@@ -46,15 +64,93 @@ class Position:
     entry_id: str
 
 
+class IndexedEntry(Protocol):
+    """What the indexes read of a dead letter (``deadletter.DeadLetter``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    reason: str
+    dead_lettered_at: float
+    last_status: int | None
+
+    def to_json(self) -> str: ...
+
+
 def endpoint_of(entry_id: str) -> str:
     """The endpoint id an entry id (``<endpoint id>/<event id>``) starts with."""
     return entry_id.split("/", 1)[0]
 
 
-def queue_indexing(pipe: Any, shard: DeadLetterKeys, entry_id: str, reason: str, at: float,
-                   reasons: Collection[str]) -> None:
+def status_label(status: int | None) -> str:
+    """The status index holding an entry whose last HTTP status is ``status``."""
+    if not status:
+        return NO_STATUS
+    return str(status) if status in HTTP_STATUSES else OTHER_STATUS
+
+
+def indexed_status(status: int | None) -> str | None:
+    """The status index holding exactly the entries a filter on ``status`` selects (None: no
+    status filter, or a code no index holds alone: the entries decide)."""
+    if status is None:
+        return None
+    label = status_label(status)
+    return None if label == OTHER_STATUS else label
+
+
+def watched_statuses(pipe: Any, shard: DeadLetterKeys) -> set[str]:
+    """WATCH the shard's set of status labels and read it (``pipe`` before its MULTI): the
+    status indexes that may hold any of its entries until the transaction runs."""
+    pipe.watch(shard.statuses)
+    return {_text(label) for label in pipe.smembers(shard.statuses)}
+
+
+def in_transaction(client: Any, shard: DeadLetterKeys,
+                   queue: Callable[[Any, set[str]], None]) -> list[Any]:
+    """Run the commands ``queue(pipe, statuses)`` queues as one transaction on ``shard``
+    (:func:`watched_statuses`); returns their replies. Tried again while statuses are first
+    seen under it (a WatchError after ``WRITE_ATTEMPTS``)."""
+    attempts = 0
+    while True:
+        with client.pipeline(transaction=True) as pipe:
+            try:
+                statuses = watched_statuses(pipe, shard)
+                pipe.multi()
+                queue(pipe, statuses)
+                return list(pipe.execute())
+            except redis.WatchError:
+                attempts += 1
+                if attempts >= WRITE_ATTEMPTS:
+                    raise
+
+
+def write_entries(client: Any, shard: DeadLetterKeys, entries: Sequence[IndexedEntry],
+                  reasons: Collection[str]) -> None:
+    """Store ``entries`` (all of ``shard``) and index them, in one transaction."""
+    def queue(pipe: Any, statuses: set[str]) -> None:
+        for entry in entries:
+            pipe.hset(shard.entries, entry.id, entry.to_json())
+            queue_indexing(pipe, shard, entry, reasons, statuses)
+
+    in_transaction(client, shard, queue)
+
+
+def remove_entries(client: Any, shard: DeadLetterKeys, ids: Sequence[str],
+                   reasons: Collection[str]) -> int:
+    """Remove entries ``ids`` of ``shard`` and their index places, in one transaction;
+    returns how many entries there were."""
+    def queue(pipe: Any, statuses: set[str]) -> None:
+        queue_removal(pipe, shard, ids, reasons, statuses)
+
+    return int(in_transaction(client, shard, queue)[0])
+
+
+def queue_indexing(pipe: Any, shard: DeadLetterKeys, entry: IndexedEntry,
+                   reasons: Collection[str], statuses: set[str]) -> None:
     """Queue on ``pipe`` (a transaction) the index writes of one entry; an entry replaced
-    with another reason leaves the other reasons' indexes."""
+    with another reason or status leaves the other reasons' and ``statuses``' indexes (its
+    own label is added to ``statuses``, for the entries after it in the transaction)."""
+    entry_id, reason, at = entry.id, entry.reason, entry.dead_lettered_at
     endpoint_id = endpoint_of(entry_id)
     pipe.zadd(shard.by_time, {entry_id: at})
     for other in reasons:
@@ -64,14 +160,30 @@ def queue_indexing(pipe: Any, shard: DeadLetterKeys, entry_id: str, reason: str,
     pipe.zadd(shard.by_reason(reason), {entry_id: at})
     pipe.zadd(shard.by_endpoint(endpoint_id), {entry_id: at})
     pipe.zadd(shard.by_endpoint_reason(endpoint_id, reason), {entry_id: at})
+    label = status_label(entry.last_status)
+    for other in statuses - {label}:
+        pipe.zrem(shard.by_status(other), entry_id)
+    _queue_status(pipe, shard, label, {entry_id: at})
+    statuses.add(label)
 
 
-def queue_unindexing(pipe: Any, shard: DeadLetterKeys, ids: Sequence[str],
-                     reasons: Collection[str]) -> None:
-    """Queue on ``pipe`` the removal of ``ids`` from every index of their shard."""
+def _queue_status(pipe: Any, shard: DeadLetterKeys, label: str, scores: dict[str, float]
+                  ) -> None:
+    pipe.zadd(shard.by_status(label), scores)
+    pipe.sadd(shard.statuses, label)
+
+
+def queue_removal(pipe: Any, shard: DeadLetterKeys, ids: Sequence[str],
+                  reasons: Collection[str], statuses: Collection[str]) -> None:
+    """Queue on ``pipe`` (a transaction whose ``statuses`` were read watched) the removal of
+    entries ``ids`` and of their places in every index of their shard; its first reply is how
+    many entries there were."""
+    pipe.hdel(shard.entries, *ids)
     pipe.zrem(shard.by_time, *ids)
     for reason in reasons:
         pipe.zrem(shard.by_reason(reason), *ids)
+    for label in statuses:
+        pipe.zrem(shard.by_status(label), *ids)
     by_endpoint: dict[str, list[str]] = {}
     for entry_id in ids:
         by_endpoint.setdefault(endpoint_of(entry_id), []).append(entry_id)
@@ -163,29 +275,40 @@ def ensure_endpoint_index(client: Any, shards: Iterable[DeadLetterKeys]) -> None
     marker (once, after an upgrade from a version without them)."""
     for shard in shards:
         if not client.exists(shard.endpoint_indexed):
-            reindex_endpoints(client, shard)
+            reindex_shard(client, shard)
 
 
-def reindex_endpoints(client: Any, shard: DeadLetterKeys) -> int:
-    """Add every entry of ``shard`` to its per-endpoint indexes (entries already there stay),
-    then set the shard's marker; returns how many entries were read. Safe beside writers: a
-    step adds only entries whose time index still holds them at that score."""
+def ensure_status_index(client: Any, shards: Iterable[DeadLetterKeys]) -> None:
+    """Build the per-status indexes of each shard that lacks its ``status_indexed`` marker
+    (once, after an upgrade from a version without them)."""
+    for shard in shards:
+        if not client.exists(shard.status_indexed):
+            reindex_shard(client, shard)
+
+
+def reindex_shard(client: Any, shard: DeadLetterKeys) -> int:
+    """Add every entry of ``shard`` to its per-endpoint and per-status indexes (entries
+    already there stay), then set the shard's markers; returns how many entries were read.
+    Safe beside writers: a step adds only entries whose time index still holds them at that
+    score."""
     seen = 0
-    batch: dict[str, tuple[str, float]] = {}
+    batch: dict[str, tuple[str, float, str]] = {}
     for entry_id, text in client.hscan_iter(shard.entries, count=REINDEX_BATCH):
         data = json.loads(text)
-        batch[_text(entry_id)] = (str(data["reason"]), float(data["dead_lettered_at"]))
+        batch[_text(entry_id)] = (str(data["reason"]), float(data["dead_lettered_at"]),
+                                  status_label(data.get("last_status")))
         if len(batch) >= REINDEX_BATCH:
             seen += _index_batch(client, shard, batch)
             batch = {}
     seen += _index_batch(client, shard, batch)
     client.set(shard.endpoint_indexed, "1")
+    client.set(shard.status_indexed, "1")
     log_event("deadletter.reindexed", level=logging.INFO, shard=shard.tag, entries=seen)
     return seen
 
 
-def _index_batch(client: Any, shard: DeadLetterKeys, batch: dict[str, tuple[str, float]]
-                 ) -> int:
+def _index_batch(client: Any, shard: DeadLetterKeys,
+                 batch: dict[str, tuple[str, float, str]]) -> int:
     ids = list(batch)
     for _ in range(REINDEX_ATTEMPTS if ids else 0):
         with client.pipeline(transaction=True) as pipe:
@@ -194,11 +317,12 @@ def _index_batch(client: Any, shard: DeadLetterKeys, batch: dict[str, tuple[str,
                 scores = pipe.zmscore(shard.by_time, ids)
                 pipe.multi()
                 for entry_id, score in zip(ids, scores, strict=True):
-                    reason, at = batch[entry_id]
+                    reason, at, label = batch[entry_id]
                     if score is not None and float(score) == at:
                         endpoint_id = endpoint_of(entry_id)
                         pipe.zadd(shard.by_endpoint(endpoint_id), {entry_id: at})
                         pipe.zadd(shard.by_endpoint_reason(endpoint_id, reason), {entry_id: at})
+                        _queue_status(pipe, shard, label, {entry_id: at})
                 pipe.execute()
                 return len(ids)
             except redis.WatchError:  # written meanwhile: read the scores again

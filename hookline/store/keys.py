@@ -342,11 +342,22 @@ class DeadLetterKeys:
         what it shows (the reason first: endpoint ids hold no ``:``, reasons neither)."""
         return f"hookline:{{{self.tag}}}:by_endpoint_reason:{reason}:{endpoint_id}"
 
+    def by_status(self, label: str) -> str:
+        """One last status's entries by time; ``statuses`` is the set of labels with one."""
+        return f"hookline:{{{self.tag}}}:by_status:{label}"
+
+    @property
+    def statuses(self) -> str:
+        return f"hookline:{{{self.tag}}}:statuses"
+
+    @property
+    def status_indexed(self) -> str:
+        return f"hookline:{{{self.tag}}}:status_indexed"
+
     @property
     def endpoint_indexed(self) -> str:
-        """Set once the shard's per-endpoint indexes hold every entry (``hookline dlq
-        reindex``, or the first read that needs them): entries written by a version without
-        them are indexed then."""
+        """Set once the shard's per-endpoint indexes hold every entry (``hookline dlq reindex``,
+        or the first read that needs them); ``status_indexed`` for the per-status ones."""
         return f"hookline:{{{self.tag}}}:endpoint_indexed"
 
 

@@ -4,40 +4,15 @@ built for entries older than them."""
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import pytest
 
 from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
 from hookline.store.deadletter_index import Position
 from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.keys import dead_letter_shards
+from tests.support.dead_letters import T0, CountingClient, letter
 
-T0 = float(int(time.time()) - 3600)
 REASONS = ["exhausted", "rejected", "expired"]
-
-
-class CountingClient:
-    """A Redis client that counts the entries read from the entries hash (HMGET's ids)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-        self.entries_read = 0
-
-    def hmget(self, key: str, ids: list[str]) -> list[Any]:
-        self.entries_read += len(ids)
-        return self.client.hmget(key, ids)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
-
-
-def letter(endpoint_id: str, n: int, reason: str = "exhausted", *, status: int | None = 503,
-           at: float | None = None) -> DeadLetter:
-    return DeadLetter(endpoint_id, f"ev-{n:05d}", "order.paid", {"n": n}, reason,
-                      attempts=1 + n % 5, last_status=status,
-                      dead_lettered_at=T0 + n if at is None else at)
 
 
 @pytest.fixture(params=[1, 3], ids=["one shard", "three shards"])
