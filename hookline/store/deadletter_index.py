@@ -128,9 +128,12 @@ def write_entries(client: Any, shard: DeadLetterKeys, entries: Sequence[IndexedE
                   reasons: Collection[str]) -> None:
     """Store ``entries`` (all of ``shard``) and index them, in one transaction."""
     def queue(pipe: Any, statuses: set[str]) -> None:
-        for entry in entries:
-            pipe.hset(shard.entries, entry.id, entry.to_json())
-            queue_indexing(pipe, shard, entry, reasons, statuses)
+        latest = {entry.id: entry for entry in entries}  # an id given twice: the last one
+        if not latest:
+            return
+        pipe.hset(shard.entries, mapping={entry_id: entry.to_json()
+                                          for entry_id, entry in latest.items()})
+        queue_index_writes(pipe, shard, list(latest.values()), reasons, statuses)
 
     in_transaction(client, shard, queue)
 
@@ -147,30 +150,40 @@ def remove_entries(client: Any, shard: DeadLetterKeys, ids: Sequence[str],
 
 def queue_indexing(pipe: Any, shard: DeadLetterKeys, entry: IndexedEntry,
                    reasons: Collection[str], statuses: set[str]) -> None:
-    """Queue on ``pipe`` (a transaction) the index writes of one entry; an entry replaced
-    with another reason or status leaves the other reasons' and ``statuses``' indexes (its
-    own label is added to ``statuses``, for the entries after it in the transaction)."""
-    entry_id, reason, at = entry.id, entry.reason, entry.dead_lettered_at
-    endpoint_id = endpoint_of(entry_id)
-    pipe.zadd(shard.by_time, {entry_id: at})
-    for other in reasons:
-        if other != reason:
-            pipe.zrem(shard.by_reason(other), entry_id)
-            pipe.zrem(shard.by_endpoint_reason(endpoint_id, other), entry_id)
-    pipe.zadd(shard.by_reason(reason), {entry_id: at})
-    pipe.zadd(shard.by_endpoint(endpoint_id), {entry_id: at})
-    pipe.zadd(shard.by_endpoint_reason(endpoint_id, reason), {entry_id: at})
-    label = status_label(entry.last_status)
-    for other in statuses - {label}:
-        pipe.zrem(shard.by_status(other), entry_id)
-    _queue_status(pipe, shard, label, {entry_id: at})
-    statuses.add(label)
+    """Queue on ``pipe`` (a transaction) the index writes of one entry
+    (:func:`queue_index_writes`)."""
+    queue_index_writes(pipe, shard, [entry], reasons, statuses)
 
 
-def _queue_status(pipe: Any, shard: DeadLetterKeys, label: str, scores: dict[str, float]
-                  ) -> None:
-    pipe.zadd(shard.by_status(label), scores)
-    pipe.sadd(shard.statuses, label)
+def queue_index_writes(pipe: Any, shard: DeadLetterKeys, entries: Sequence[IndexedEntry],
+                       reasons: Collection[str], statuses: set[str]) -> None:
+    """Queue on ``pipe`` (a transaction) the index writes of ``entries`` (distinct ids): an
+    entry replaced with another reason or status leaves the other reasons' and ``statuses``'
+    indexes. One ZREM and one ZADD per index touched, however many entries (a batch moved to
+    the queue at once, a restored spool); the labels first seen are added to ``statuses``."""
+    removed: dict[str, list[str]] = {}
+    added: dict[str, dict[str, float]] = {}
+    labels: set[str] = set()
+    for entry in entries:
+        entry_id, reason, at = entry.id, entry.reason, entry.dead_lettered_at
+        endpoint_id = endpoint_of(entry_id)
+        label = status_label(entry.last_status)
+        labels.add(label)
+        gone = [key for other in reasons if other != reason for key in (
+            shard.by_reason(other), shard.by_endpoint_reason(endpoint_id, other))]
+        gone += [shard.by_status(other) for other in statuses - {label}]
+        for key in gone:
+            removed.setdefault(key, []).append(entry_id)
+        for key in (shard.by_time, shard.by_reason(reason), shard.by_endpoint(endpoint_id),
+                    shard.by_endpoint_reason(endpoint_id, reason), shard.by_status(label)):
+            added.setdefault(key, {})[entry_id] = at
+    for key, ids in removed.items():
+        pipe.zrem(key, *ids)
+    for key, scores in added.items():
+        pipe.zadd(key, scores)
+    if labels - statuses:
+        pipe.sadd(shard.statuses, *(labels - statuses))
+        statuses |= labels
 
 
 def queue_removal(pipe: Any, shard: DeadLetterKeys, ids: Sequence[str],
@@ -322,7 +335,8 @@ def _index_batch(client: Any, shard: DeadLetterKeys,
                         endpoint_id = endpoint_of(entry_id)
                         pipe.zadd(shard.by_endpoint(endpoint_id), {entry_id: at})
                         pipe.zadd(shard.by_endpoint_reason(endpoint_id, reason), {entry_id: at})
-                        _queue_status(pipe, shard, label, {entry_id: at})
+                        pipe.zadd(shard.by_status(label), {entry_id: at})
+                        pipe.sadd(shard.statuses, label)
                 pipe.execute()
                 return len(ids)
             except redis.WatchError:  # written meanwhile: read the scores again
