@@ -201,9 +201,7 @@ class DeliveryEngine:
                     detail="the event id was sent to this endpoint before with a different "
                            "event type or payload; this copy was not sent")
             case Verdict.DUPLICATE:
-                # A second copy that waited in an ordered key's line: the key goes on.
-                self.lines.advance(request.endpoint_id,
-                                   request.ordering_key or request.endpoint_id, request.event_id)
+                # (A second copy that was its ordered key's head moved the line on, admit.lua.)
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
                 metrics.count_duplicate(request.endpoint_id)

@@ -168,7 +168,9 @@ class Gate:
         reply = store.call_script(
             self._admit,
             keys=[*_keys(endpoint_id, event_id), keys.done_key(endpoint_id, event_id),
-                  keys.digest_key(endpoint_id, event_id)],
+                  keys.digest_key(endpoint_id, event_id),
+                  # an ordered key's line moves on a duplicate head (one slot otherwise)
+                  *([_DELIVERY_DOORBELL] if config.broker_is_state else [])],
             args=[
                 token,
                 math.ceil(config.lease_seconds(0) * 1000),

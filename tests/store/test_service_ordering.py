@@ -66,6 +66,19 @@ def test_a_head_that_moves_on_is_the_next_of_its_line(lines):
     assert OrderLines().counts("ord") == (3, 5)
 
 
+def test_a_duplicate_of_a_delivered_head_lets_its_line_go_on_in_the_admit(lines):
+    from hookline.store.gates import Gate, Verdict
+
+    lines.set(keys.done_key("ord", "out-1"), "1")  # delivered; a second copy comes in
+    assert Gate().admit("ord", "out-1", "token", ordering_key="k-out").verdict is (
+        Verdict.DUPLICATE)
+    assert OrderLines().head("ord", "k-out") == ("out-2", 2)
+    assert lines.lrange("hookline", -1, -1) == ["{}"]  # next out, at the consuming end
+    assert Gate().admit("ord", "out-1", "token", ordering_key="k-out").verdict is (
+        Verdict.DUPLICATE)
+    assert OrderLines().head("ord", "k-out") == ("out-2", 2)  # not its head any more
+
+
 def test_a_held_endpoint_says_what_holds_its_heads(lines):
     EndpointRegistry().pause("ord")
     [retry] = [line for line in ordering.key_lines(OPERATOR, "ord").lines if line.key == "k-retry"]

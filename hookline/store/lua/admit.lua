@@ -11,6 +11,8 @@
 --                                        counter (attempts started and not yet settled)
 -- KEYS[3]  hookline:{ep}:done:<event>    Hookline 0.2's done marker, honoured (read with the
 -- KEYS[4]  hookline:{ep}:digest:<event>  record in one MGET) and its content binding
+-- KEYS[5]  (optional, where the broker is this Redis) the delivery queue's doorbell: a
+--          duplicate that is its ordered key's head lets the next of the line go
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
 --          the lease adds twice the endpoint's read timeout (or ARGV[6]), as an attempt can
@@ -58,6 +60,10 @@ if ARGV[7] ~= '' and bound and bound ~= ARGV[7] then
   return {'conflict'}
 end
 if state['done'] or strings[2] then
+  -- A second copy of a delivered event that waited in its key's line: the key goes on.
+  if KEYS[5] and redis.call('HGET', KEYS[1], 'ordered') == '1' then
+    order_advance(KEYS[1], ARGV[9], ARGV[10], KEYS[5])
+  end
   return {'duplicate'}
 end
 local endpoint = redis.call('HGETALL', KEYS[1])
