@@ -34,9 +34,13 @@ def event_search(visit: Visit) -> Response:
 
 @routes.post("/events/replay")
 def replay(visit: Visit) -> Response:
-    """Replay one dead-lettered delivery (``endpoint_id`` and ``event_id`` in the form)."""
+    return replay_then_show(visit, "events.event_search")
+
+
+def replay_then_show(visit: Visit, search_page: str) -> Response:
+    """Replay one dead-lettered delivery (``endpoint_id`` and ``event_id`` in the form), then
+    show its event at that endpoint (``search_page``: the console's or the portal's)."""
     endpoint_id, event_id = visit.form("endpoint_id"), visit.form("event_id")
     events.replay_event(visit.actor, endpoint_id, event_id)
-    return visit.redirect("events.event_search", {"event_id": event_id,
-                                                  "endpoint": endpoint_id,
-                                                  "notice": "replayed"})
+    return visit.redirect(search_page, {"event_id": event_id, "endpoint": endpoint_id,
+                                        "notice": "replayed"})

@@ -15,6 +15,7 @@ from typing import Any
 from werkzeug.wrappers import Response
 
 from hookline.console.endpoints import endpoint_page
+from hookline.console.events import replay_then_show
 from hookline.console.visit import Face, Routes, Visit
 from hookline.service import dead_letters, endpoint_actions, endpoints, events
 from hookline.service.dead_letters import DeadLetterQuery
@@ -130,11 +131,7 @@ def event_search(visit: Visit) -> Response:
 
 @routes.post("/events/replay")
 def event_replay(visit: Visit) -> Response:
-    endpoint_id, event_id = visit.form("endpoint_id"), visit.form("event_id")
-    events.replay_event(visit.actor, endpoint_id, event_id)
-    return visit.redirect("portal.event_search", {"event_id": event_id,
-                                                  "endpoint": endpoint_id,
-                                                  "notice": "replayed"})
+    return replay_then_show(visit, "portal.event_search")
 
 
 def _letter_query(params: Any) -> DeadLetterQuery:
