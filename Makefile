@@ -47,10 +47,11 @@ test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fast tier: pure unit tests and store tests on the real Redis, no worker processes and no
-# HTTP receivers (tests/conftest.py refuses a worker fixture there). About a minute.
+# HTTP receivers (tests/conftest.py refuses a worker fixture there), without the store tests
+# that wait on a real timeout or failover (marked slow: make test runs them). About 30 s.
 test-fast: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
-	$(BIN)/pytest tests/unit tests/store $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit tests/store -m "not slow" $(PYTEST_ARGS)
 
 # Past one Redis: the RabbitMQ broker, Redis Sentinel failover and Redis Cluster tests alone
 # (also part of `make test`). Each starts its own servers on loopback (rabbitmq vhost, redis-server

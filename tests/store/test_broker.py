@@ -69,6 +69,7 @@ def drain_until(conn: Connection, condition, timeout: float = 10.0) -> None:
             conn.drain_events(timeout=1)
 
 
+@pytest.mark.slow
 def test_a_message_is_recorded_unacked_before_its_reply_leaves_redis(db):
     """The consumer sends its take, then dies before reading the reply (the window in which
     kombu's BRPOP loses a message): the message is in the unacked records, and the restore
@@ -143,6 +144,7 @@ def test_an_idle_consumer_wakes_on_the_doorbell_not_its_timeout(db):
         assert got == [{"n": 7}]
 
 
+@pytest.mark.slow
 def test_a_push_that_rings_no_doorbell_is_taken_after_the_blocking_timeout(db):
     """A producer on kombu's stock transport does not ring; its message is still taken."""
     with connect(brpop_timeout=1) as conn:
@@ -216,6 +218,7 @@ def blocked(client: redis.Redis) -> int:
     return sum(c["cmd"] in ("blmpop", "blpop") for c in client.client_list())
 
 
+@pytest.mark.slow
 def test_a_message_wakes_one_idle_consumer_not_all(private_redis):
     """Six idle consumers, messages published one at a time: each message wakes one of them,
     which takes it and waits again (one consume-script call per message), instead of all six
@@ -243,6 +246,7 @@ def test_a_message_wakes_one_idle_consumer_not_all(private_redis):
             thread.join(10)
 
 
+@pytest.mark.slow
 def test_tokens_of_messages_taken_meanwhile_wake_no_one_later(private_redis):
     """Messages published while no consumer waits leave their tokens; the consumer that takes
     the messages and finds the queues empty clears them, so they wake nobody afterwards."""
@@ -300,6 +304,7 @@ def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
     assert take()[0] == "empty" and not db.exists(DOORBELL)
 
 
+@pytest.mark.slow
 def test_a_message_wakes_a_consumer_of_its_queue_not_one_of_another(private_redis):
     """Each queue has its doorbell: a consumer waiting longer on another queue (as a worker's
     does beside ``celery inspect``'s reply queue) is not handed this queue's token, which
@@ -541,6 +546,7 @@ def test_held_messages_go_back_at_close_and_count_in_both_layouts(db):
     assert held_count(db) == 1  # the earlier worker's, its own to acknowledge
 
 
+@pytest.mark.slow
 def test_with_a_global_keyprefix_the_records_and_the_sweep_are_kombus(db):
     """A ``global_keyprefix`` turns this transport back into kombu's BRPOP: the record is
     kombu's (prefixed hash and index) and the sweep is kombu's, which restores it."""

@@ -69,6 +69,7 @@ def test_unknown_reason_is_a_programming_error():
         DeadLetterQueue().add(entry("a", "e", "because", at=1.0))
 
 
+@pytest.mark.slow
 def test_redis_down_spools_to_disk_and_restores_later():
     spool = Path(settings().dlq_spool_path)
     spool.unlink(missing_ok=True)

@@ -61,6 +61,7 @@ def test_nothing_is_released_before_it_is_due(client):
     assert client.llen(QUEUE) == 0
 
 
+@pytest.mark.slow
 def test_two_releasers_racing_release_each_retry_exactly_once(client):
     schedule = RetrySchedule(client)
     pipe_batch = 5000
@@ -196,6 +197,7 @@ def test_a_separate_broker_gets_claimed_retries_pushed_and_confirmed(client):
     broker.close()
 
 
+@pytest.mark.slow
 def test_a_park_on_a_demoted_master_fails_as_a_passing_error_not_a_refusal(tmp_path):
     """A Sentinel failover leaves writers on a master that became a replica for a while: the
     park fails with READONLY, which the worker treats like an unreachable Redis (the message
