@@ -27,9 +27,10 @@ import socket
 import struct
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
@@ -85,34 +86,32 @@ async def control(path: str, query: dict[str, list[str]]) -> bytes:
             + str(len(body)).encode() + b"\r\n\r\n" + body)
 
 
-async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    """One request's method, target and headers (lower-case names); its body read past."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if length := int(headers.get("content-length") or 0):
+        await reader.readexactly(length)
+    return method, target, headers
+
+
+#: Answers one request: (method, its split target, its headers, the connection's writer).
+Responder = Callable[[str, SplitResult, dict[str, str], asyncio.StreamWriter], Awaitable[None]]
+
+
+async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     respond: Responder) -> None:
+    """One connection's requests answered in turn by ``respond`` (HTTP/1.1 keep-alive) until
+    the client closes it or asks to."""
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = lines[0].split(" ", 2)
-            headers = {}
-            for line in lines[1:]:
-                key, _, value = line.partition(":")
-                headers[key.strip().lower()] = value.strip()
-            length = int(headers.get("content-length") or 0)
-            if length:
-                await reader.readexactly(length)
-            url = urlsplit(target)
-            if url.path.startswith("/_"):
-                writer.write(await control(url.path, parse_qs(url.query)))
-            elif method == "POST" and url.path.startswith("/d"):
-                delay, _, name = url.path[2:].partition("/")
-                if int(delay):
-                    await asyncio.sleep(int(delay) / 1000)
-                counters[name].record(headers.get("webhook-id", ""))
-                writer.write(NO_CONTENT)
-            elif method == "POST" and url.path.startswith("/s"):
-                status, _, name = url.path[2:].partition("/")
-                counters[name].record(headers.get("webhook-id", ""))
-                writer.write(status_line(int(status)))
-            else:
-                writer.write(NOT_FOUND)
+            method, target, headers = await read_head(reader)
+            await respond(method, urlsplit(target), headers, writer)
             await writer.drain()
             if headers.get("connection", "").lower() == "close":
                 break
@@ -120,6 +119,28 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass
     finally:
         writer.close()
+
+
+async def respond(method: str, url: SplitResult, headers: dict[str, str],
+                  writer: asyncio.StreamWriter) -> None:
+    if url.path.startswith("/_"):
+        writer.write(await control(url.path, parse_qs(url.query)))
+    elif method == "POST" and url.path.startswith("/d"):
+        delay, _, name = url.path[2:].partition("/")
+        if int(delay):
+            await asyncio.sleep(int(delay) / 1000)
+        counters[name].record(headers.get("webhook-id", ""))
+        writer.write(NO_CONTENT)
+    elif method == "POST" and url.path.startswith("/s"):
+        status, _, name = url.path[2:].partition("/")
+        counters[name].record(headers.get("webhook-id", ""))
+        writer.write(status_line(int(status)))
+    else:
+        writer.write(NOT_FOUND)
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await keep_alive(reader, writer, respond)
 
 
 def refuser(name: str) -> Any:

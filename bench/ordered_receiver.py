@@ -32,9 +32,9 @@ import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import SplitResult, parse_qs
 
-from bench.compare_receiver import NOT_FOUND, status_line
+from bench.compare_receiver import NOT_FOUND, keep_alive, status_line
 
 #: What a request's status is answered with, ready to write.
 ANSWERS = {status: status_line(status) for status in (204, 400, 503)}
@@ -114,20 +114,6 @@ class Tally:
 tallies: defaultdict[str, Tally] = defaultdict(Tally)
 
 
-async def read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
-    """One request's method, target and headers (lower-case names); its body read past."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, target, _ = lines[0].split(" ", 2)
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if length := int(headers.get("content-length") or 0):
-        await reader.readexactly(length)
-    return method, target, headers
-
-
 async def waited(tally: Tally, count: int, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while len(tally.delivered) < count and (left := deadline - time.monotonic()) > 0:
@@ -173,24 +159,18 @@ async def answer(writer: asyncio.StreamWriter, name: str, query: str,
         tally.left(key)
 
 
+async def respond(method: str, url: SplitResult, headers: dict[str, str],
+                  writer: asyncio.StreamWriter) -> None:
+    if url.path.startswith("/_"):
+        writer.write(await control(url.path, url.query))
+    elif method == "POST" and url.path.startswith("/o/"):
+        await answer(writer, url.path[3:], url.query, headers)
+    else:
+        writer.write(NOT_FOUND)
+
+
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            method, target, headers = await read_head(reader)
-            url = urlsplit(target)
-            if url.path.startswith("/_"):
-                writer.write(await control(url.path, url.query))
-            elif method == "POST" and url.path.startswith("/o/"):
-                await answer(writer, url.path[3:], url.query, headers)
-            else:
-                writer.write(NOT_FOUND)
-            await writer.drain()
-            if headers.get("connection", "").lower() == "close":
-                break
-    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-        pass
-    finally:
-        writer.close()
+    await keep_alive(reader, writer, respond)
 
 
 async def main() -> None:
