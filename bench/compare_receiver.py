@@ -159,6 +159,11 @@ async def main(refuse: list[str]) -> None:
         down = await asyncio.start_server(refuser(name), "127.0.0.1", 0, backlog=1024)
         ports[name] = down.sockets[0].getsockname()[1]
     print(json.dumps({"port": server.sockets[0].getsockname()[1], "refuse": ports}), flush=True)
+    await until_signalled()
+
+
+async def until_signalled() -> None:
+    """Return on SIGTERM or SIGINT (the benchmark stopping its receiver)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

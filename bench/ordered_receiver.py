@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import signal
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, parse_qs
 
-from bench.compare_receiver import NOT_FOUND, keep_alive, status_line
+from bench.compare_receiver import NOT_FOUND, keep_alive, status_line, until_signalled
 
 #: What a request's status is answered with, ready to write.
 ANSWERS = {status: status_line(status) for status in (204, 400, 503)}
@@ -176,11 +175,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 async def main() -> None:
     server = await asyncio.start_server(serve, "127.0.0.1", 0, backlog=1024)
     print(json.dumps({"port": server.sockets[0].getsockname()[1], "refuse": {}}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    await stop.wait()
+    await until_signalled()
 
 
 if __name__ == "__main__":
