@@ -5,9 +5,13 @@ FROM python:3.11-slim
 # HOOKLINE_DLQ_SPOOL: where dead letters are spooled when Redis itself is unreachable (moved into
 # Redis by the next successful write). The directory belongs to the unprivileged user;
 # docker-compose gives each worker replica its own volume there.
+# MALLOC_ARENA_MAX=2: glibc's malloc gives each of a worker's threads an arena of its own (up
+# to 8 per core), which fragment; two keep the free bytes flat (the soak, docs/operations/
+# fault-runs.md), as Sidekiq's docs advise for the same symptom.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    MALLOC_ARENA_MAX=2 \
     HOOKLINE_DLQ_SPOOL=/var/lib/hookline/dlq-spool.jsonl
 
 # Run as an unprivileged user: a worker sends HTTP requests to URLs that users configure.
@@ -19,13 +23,14 @@ RUN groupadd --system --gid 10001 hookline \
 
 # The distribution, installed as a host project installs it: the one package `hookline`, its
 # dependencies, the `hookline` console script, and the extras the services below need (flask
-# for `web`, flower for `flower`). Built from a copy of the sources that is removed afterwards,
-# so every process imports the installed package, never a source tree beside it.
+# and flask-sqlalchemy for `web`, the Flask example; flower for `flower`). Built from a copy of
+# the sources that is removed afterwards, so every process imports the installed package,
+# never a source tree beside it.
 # pyproject's `readme` and `license-files` name README.md and LICENSE: both are part of the build.
 WORKDIR /tmp/hookline-dist
 COPY pyproject.toml README.md LICENSE ./
 COPY hookline/ hookline/
-RUN pip install --no-cache-dir ".[flask,flower]" && cd / && rm -rf /tmp/hookline-dist
+RUN pip install --no-cache-dir ".[flask,flask-sqlalchemy,flower]" && cd / && rm -rf /tmp/hookline-dist
 
 WORKDIR /srv/hookline
 

@@ -89,6 +89,23 @@ class AofRedis:
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.url, decode_responses=True, socket_timeout=10)
 
+    def quick_client(self) -> redis.Redis:
+        """A client that gives up at once (a paused Redis must not stall a driver's clock)."""
+        return redis.Redis.from_url(self.url, decode_responses=True, socket_timeout=1,
+                                    socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+
+    def env(self) -> dict[str, str]:
+        """The settings that point a worker here."""
+        return {"REDIS_URL": self.url}
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None:
             stop_process(self.process, signal.SIGTERM, 10.0)
@@ -146,16 +163,29 @@ class WorkerFleet:
     workdir: Path
     concurrency: int = 16
     workers: list[WorkerProcess] = field(default_factory=list)
+    #: Watch each worker's heap (bench.heapwatch), into ``heap-<name>.jsonl`` in ``workdir``.
+    watch_heap: bool = False
+    #: Set in the even-numbered workers only (chaos2, chaos4, ...): an A/B in one run. A
+    #: replacement keeps its victim's parity (chaos1 -> chaos3, chaos2 -> chaos4).
+    even_env: dict[str, str] = field(default_factory=dict)
+    #: Set in the odd-numbered workers only (chaos1, chaos3, ...).
+    odd_env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> WorkerProcess:
         name = f"chaos{len(self.workers) + 1}"
         log_path = self.workdir / f"worker-{name}.log"
+        runner, env = "celery", self.env
+        even = len(self.workers) % 2 == 1  # this one is even-numbered
+        env = {**env, **(self.even_env if even else self.odd_env)}
+        if self.watch_heap:
+            runner = "bench.heapwatch"
+            env = {**env, "HEAPWATCH_FILE": str(self.workdir / f"heap-{name}.jsonl")}
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "app", "worker", "-P", "threads",
+                [sys.executable, "-m", runner, "-A", "app", "worker", "-P", "threads",
                  "-c", str(self.concurrency), "-l", "info", "-n", f"{name}@%h",
                  "--without-gossip", "--without-mingle", "--without-heartbeat"],
-                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         worker = WorkerProcess(name, process, log_path, time.time())

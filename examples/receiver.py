@@ -1,16 +1,24 @@
 """A webhook receiver on loopback that records every request and answers as scripted.
 
-Used by the tests (real HTTP, no mocks), by ``make demo`` and by docker-compose's ``receiver``.
-Each path has a behaviour: a function of the attempt number *for that webhook-id* (1 for the
-first request carrying an id, 2 for the next...) returning a :class:`Reply`.
+Used by the tests (real HTTP, no mocks), by ``make demo``, by docker-compose's ``receiver`` and
+by the quickstart (docs/quickstart.md). Each path has a behaviour: a function of the attempt
+number *for that webhook-id* (1 for the first request carrying an id, 2 for the next...)
+returning a :class:`Reply`.
 
     python -m examples.receiver --port 8099      # the demo's routes, see DEMO_ROUTES
+    python -m examples.receiver --port 8099 --secret whsec_...   # print and verify each request
+
+With ``--secret`` (``Receiver(secret=...)``) each request's Standard Webhooks signature is
+checked with the ``standardwebhooks`` package, as a real receiver would: a request that fails
+is answered 401 and never reaches its route. ``--print`` (``show=True``) prints each request as
+it arrives; ``--secret`` does too, with the verdict.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 from collections import Counter
@@ -89,8 +97,14 @@ class Receiver:
     """A threaded HTTP server on 127.0.0.1; ``url(path)`` gives the address of a route."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 record_to: str | None = None) -> None:
+                 record_to: str | None = None, secret: str | None = None,
+                 show: bool = False) -> None:
         self.routes: dict[str, Behaviour] = {}
+        #: When set, each request's signature is verified with the ``standardwebhooks`` package
+        #: and a request that fails is answered 401 (before any route or event reply).
+        self.secret = secret
+        #: Print each request (and, with a secret, the verdict) to standard output.
+        self.show = show or secret is not None
         #: When set, one JSON line per request (at, path, webhook_id, status) is appended here.
         self.record_file = open(record_to, "a", buffering=1) if record_to else None  # noqa: SIM115
         self.default: Behaviour = always(Reply(204))
@@ -160,12 +174,44 @@ class Receiver:
                 self._changed.wait(left)
             return True
 
+    def verdict(self, headers: dict[str, str], body: bytes) -> str | None:
+        """None when the request's signature verifies with :attr:`secret` (or no secret is
+        set), else why it does not: ``standardwebhooks.Webhook.verify``'s message."""
+        if self.secret is None:
+            return None
+        from standardwebhooks import Webhook
+
+        try:
+            Webhook(self.secret).verify(body, headers)
+        except Exception as exc:  # WebhookVerificationError, or a malformed secret or header
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _show(self, method: str, path: str, headers: dict[str, str], body: bytes,
+              refused: str | None) -> None:
+        lines = [f"{method} {path}"]
+        lines += [f"  {name}: {headers[name]}" for name in
+                  ("webhook-id", "webhook-timestamp", "webhook-signature") if name in headers]
+        lines.append(f"  body: {body.decode('utf-8', 'replace')}")
+        if self.secret is not None:
+            lines.append(f"  signature NOT verified ({refused}): answered 401" if refused else
+                         "  signature verified with standardwebhooks")
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+
     def _record(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Reply]:
         webhook_id = headers.get("webhook-id", "")
         with self._changed:
             self._attempts[(path, webhook_id)] += 1
             attempt = self._attempts[(path, webhook_id)]
-        reply = self.by_event.get(webhook_id) or self.routes.get(path, self.default)(attempt)
+        refused = self.verdict(headers, body)
+        if self.show:
+            with self._changed:
+                self._show("POST", path, headers, body, refused)
+        if refused is not None:
+            reply = Reply(401, body=b"signature verification failed")
+        else:
+            reply = self.by_event.get(webhook_id) or self.routes.get(path, self.default)(attempt)
         received = Received(path, headers, body, time.time(), webhook_id, attempt, reply.status)
         with self._changed:
             self.received.append(received)
@@ -193,14 +239,24 @@ class Receiver:
                         receiver.most_in_flight_by_key[key] = max(
                             receiver.most_in_flight_by_key[key], receiver.in_flight_by_key[key])
                     receiver._changed.notify_all()
+                self._key, self._counted = key, True
                 try:
                     self._answer()
                 finally:
-                    with receiver._changed:
-                        receiver.in_flight[self.path] -= 1
-                        if key is not None:
-                            receiver.in_flight_by_key[key] -= 1
-                        receiver._changed.notify_all()
+                    self._done()
+
+            def _done(self) -> None:
+                """The request stops counting as in flight: just before its answer is sent
+                (once sent, the sender may start its next request before this thread runs
+                again, and the two would be counted side by side)."""
+                if not self._counted:
+                    return
+                self._counted = False
+                with receiver._changed:
+                    receiver.in_flight[self.path] -= 1
+                    if self._key is not None:
+                        receiver.in_flight_by_key[self._key] -= 1
+                    receiver._changed.notify_all()
 
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -216,6 +272,7 @@ class Receiver:
                     self.close_connection = True
                     self.connection.close()
                     return
+                self._done()
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
@@ -279,12 +336,20 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8099)
     parser.add_argument("--record", metavar="FILE", help="append one JSON line per request")
+    parser.add_argument("--print", dest="show", action="store_true",
+                        help="print each request (webhook-* headers and body) as it arrives")
+    parser.add_argument("--secret", metavar="whsec_...",
+                        help="verify each request's signature with the standardwebhooks "
+                             "package and print the verdict; a request that fails gets 401")
     options = parser.parse_args()
-    receiver = Receiver(options.host, options.port, record_to=options.record)
+    receiver = Receiver(options.host, options.port, record_to=options.record,
+                        secret=options.secret, show=options.show)
     for path, behaviour in DEMO_ROUTES.items():
         receiver.route(path, behaviour)
     routes = ", ".join(DEMO_ROUTES)
-    print(f"demo receiver on http://{options.host}:{receiver.port} routes: {routes}", flush=True)
+    verifying = "; verifying signatures" if options.secret else ""
+    print(f"demo receiver on http://{options.host}:{receiver.port} routes: {routes} (any other "
+          f"path: 204){verifying}", flush=True)
     receiver.server.serve_forever()
 
 

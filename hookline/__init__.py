@@ -13,6 +13,10 @@ Both publish the task ``hookline.deliver`` by name on Hookline's own Celery inst
 never the process's current app. Workers run ``celery -A hookline.worker worker``. Settings
 come from the environment (``REDIS_URL``, ``HOOKLINE_*``), read the same way by every process.
 
+Every call waits at most ``HOOKLINE_REDIS_TIMEOUT`` (5 s) for Redis and the broker; past it,
+or when the connection is refused, it raises ``hookline.RedisUnavailable`` (one line naming the
+server and the timeout).
+
 Nothing is imported until it is used: ``import hookline.core.policy`` loads no Celery.
 """
 
@@ -26,7 +30,7 @@ __version__ = "0.2.0"
 if TYPE_CHECKING:
     from hookline.api.enqueue import EventIdConflict, WebhookInputError, send_webhook
     from hookline.api.publishing import PublishedEventConflict, SchemaViolation, publish
-    from hookline.core.errors import HooklineError
+    from hookline.core.errors import HooklineError, RedisUnavailable
     from hookline.delivery.publisher import deliver
     from hookline.service.portal import portal_link
 
@@ -36,15 +40,16 @@ _LAZY = {
     "EventIdConflict": "hookline.api.enqueue",
     "deliver": "hookline.delivery.publisher",
     "HooklineError": "hookline.core.errors",
+    "RedisUnavailable": "hookline.core.errors",
     "publish": "hookline.api.publishing",
     "PublishedEventConflict": "hookline.api.publishing",
     "SchemaViolation": "hookline.api.publishing",
     "portal_link": "hookline.service.portal",
 }
 
-__all__ = ["EventIdConflict", "HooklineError", "PublishedEventConflict", "SchemaViolation",
-           "WebhookInputError", "__version__", "deliver", "portal_link", "publish",
-           "send_webhook"]
+__all__ = ["EventIdConflict", "HooklineError", "PublishedEventConflict", "RedisUnavailable",
+           "SchemaViolation", "WebhookInputError", "__version__", "deliver", "portal_link",
+           "publish", "send_webhook"]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,6 +23,7 @@ from hookline.cli.secret import (
     SECRET_HELP,
     describe_secrets,
     echo_new_key,
+    echo_repair,
     key_options,
     rotate_secret,
 )
@@ -274,6 +275,7 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
         validate_signature(signature, validate_secret(secret) if secret else None)
     actor = cli_actor()
     new_key: tuple[str | None, str | None] = (None, None)
+    repair: tuple[bool, int] = (False, 0)
     if set(changed) - {"secret", "signature"} or signature is None:
         updated = actions.update_endpoint(actor, endpoint_id, url=url,
                                           secret=None if signature else secret,
@@ -283,14 +285,17 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                                           app=app_id, event_types=events, channels=channels,
                                           max_in_flight=max_in_flight, ordered=ordered,
                                           order_policy=order_policy)
-        if updated.rate is None and burst is not None:
+        if updated.summary.rate is None and burst is not None:
             click.echo("warning: --burst has no effect without a rate", err=True)
-        new_key = (None, updated.public["public_keys"][0] if secret else None)
+        new_key = (None, updated.summary.public["public_keys"][0] if secret else None)
+        repair = (updated.repaired, updated.released)
     if signature is not None:
         replaced = actions.rotate_secret(actor, endpoint_id, secret=secret,
                                          signature=signature, overlap=0)
         new_key = (replaced.secret, replaced.public_key)
+        repair = (replaced.repaired, replaced.released)
     click.echo(f"updated endpoint {endpoint_id}: {', '.join(changed)}")
+    echo_repair(*repair)
     echo_new_key(*new_key, label="new ")
 
 

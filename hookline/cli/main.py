@@ -23,6 +23,7 @@ from hookline.cli.encryption import secrets_group
 from hookline.cli.endpoint import endpoint
 from hookline.cli.event import event
 from hookline.cli.metrics import metrics_command
+from hookline.cli.outbox import outbox
 from hookline.cli.output import redacted, redis_failure
 from hookline.cli.params import JsonParam
 from hookline.cli.portal import portal_group
@@ -73,6 +74,7 @@ main.add_command(dlq)
 main.add_command(breaker)
 main.add_command(schedule)
 main.add_command(releaser)
+main.add_command(outbox)
 main.add_command(event)
 main.add_command(metrics_command)
 main.add_command(stats)

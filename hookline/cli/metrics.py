@@ -15,6 +15,7 @@ from types import FrameType
 import click
 
 from hookline.core.config import ConfigError, load_settings, settings
+from hookline.outbox.status import OutboxCollector
 from hookline.store import connection as store
 from hookline.transport.gauges import start_server
 
@@ -39,7 +40,8 @@ def metrics_command(port: int | None, address: str | None) -> None:
     address = address or settings().metrics_address
     store.client().ping()  # an unreachable Redis fails here, in one line
     try:
-        server = start_server(port, engine=False, gauges=True, addr=address)
+        server = start_server(port, engine=False, gauges=True, addr=address,
+                              collectors=[OutboxCollector()] if settings().outbox else [])
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {address} port {port}: "
                                    f"{exc.strerror or exc}") from None

@@ -11,13 +11,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
 from redis.sentinel import MasterNotFoundError
 
-from hookline.core import sentinel
+from hookline.core import redact
 from hookline.core.config import settings
 
 #: Widest a free-text cell (an error message, a URL) gets in a table.
@@ -120,17 +119,7 @@ def format_time(timestamp: float | None, *, now: float | None = None) -> str | N
 
 def redacted(url: str) -> str:
     """``url`` with any password replaced by ``***``, fit for an error message."""
-    if sentinel.is_sentinel(url):  # several hosts: not a URL urllib parses
-        return sentinel.shown(url)
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "(unparseable URL)"
+    return redact.server(url)
 
 
 def redis_failure(exc: redis.RedisError, url: str, variable: str) -> click.ClickException:

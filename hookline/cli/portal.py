@@ -45,12 +45,18 @@ def link_command(app_id: str, ttl: str, read_only: bool, base_url: str | None) -
 @portal_group.command("revoke")
 @click.argument("link_id", required=False)
 @click.option("--app", "app_id", default=None, help="Revoke every link to this application.")
-def revoke_command(link_id: str | None, app_id: str | None) -> None:
-    """Revoke one link (LINK_ID) or every link to an application (--app APP)."""
+@click.option("--removed", is_flag=True,
+              help="With --app: the application was removed; refuse the links issued to its "
+                   "id anyway, should an application of that id be added again.")
+def revoke_command(link_id: str | None, app_id: str | None, removed: bool) -> None:
+    """Revoke one link (LINK_ID) or every link to an application (--app APP, which must
+    exist unless --removed)."""
     if (link_id is None) == (app_id is None):
         raise click.UsageError("give a LINK_ID or --app APP (one of them)")
+    if removed and app_id is None:
+        raise click.UsageError("--removed goes with --app APP")
     if app_id is not None:
-        portal.revoke_app(app_id, actor=cli_actor())
+        portal.revoke_app(app_id, actor=cli_actor(), removed=removed)
         click.echo(f"every portal link to {app_id} issued until now is revoked")
     else:
         assert link_id is not None

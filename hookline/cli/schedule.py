@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import asdict
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
@@ -146,7 +146,7 @@ def schedule_list(endpoint_id: str | None, limit: int, as_json: bool) -> None:
 # -- releaser -------------------------------------------------------------------------------
 
 
-def _configure_logging() -> None:
+def configure_logging() -> None:
     """Releaser warnings (Redis unreachable) on stderr, as text or JSON like the workers'."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -154,7 +154,13 @@ def _configure_logging() -> None:
         configure_json_logging()
 
 
-def serve(running: Releaser, started: str) -> None:
+class Loop(Protocol):
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def serve(running: Loop, started: str, *, name: str = "releaser") -> None:
     """Run ``running`` in a thread until SIGINT or SIGTERM stops it (or it fails: then raise
     its exception); print ``started`` once the signal handlers are in place.
 
@@ -182,15 +188,16 @@ def serve(running: Releaser, started: str) -> None:
     if threading.current_thread() is threading.main_thread():
         for number in (signal.SIGINT, signal.SIGTERM):
             previous[number] = signal.signal(number, on_signal)
-    thread = threading.Thread(target=work, name="hookline-releaser", daemon=True)
+    thread = threading.Thread(target=work, name=f"hookline-{name}", daemon=True)
     thread.start()
     click.echo(started)
     try:
         while thread.is_alive():
             thread.join(0.2)
             if signalled and time.monotonic() - signalled[0] > STOP_TIMEOUT:
-                # Stuck in a Redis call: leaving it is safe, a release is atomic.
-                click.echo(f"warning: the releaser did not stop within {STOP_TIMEOUT:g}s",
+                # Stuck in a call: leaving it is safe (a release is atomic; a relay's rows
+                # stay in the outbox until removed, and go again under the same event id).
+                click.echo(f"warning: the {name} did not stop within {STOP_TIMEOUT:g}s",
                            err=True)
                 break
     finally:
@@ -209,7 +216,7 @@ def releaser() -> None:
     releasers are safe together: each release is one atomic Redis script, so a retry is
     neither released twice nor lost.
     """
-    _configure_logging()
+    configure_logging()
     waiting = schedule_stats(cli_actor()).total  # an unreachable Redis fails here, in one line
     serve(Releaser(queue=RETRY_QUEUE),
           started=f"releaser started: releasing due retries onto {RETRY_QUEUE} "

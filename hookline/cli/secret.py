@@ -12,6 +12,7 @@ import click
 from hookline.cli.output import format_time
 from hookline.core.signing import KINDS
 from hookline.service.actor import cli_actor
+from hookline.service.endpoint_actions import REPAIRED
 from hookline.service.endpoint_actions import rotate_secret as rotate
 
 #: ``--signature``: the kind of key generated (``hookline.core.signing``).
@@ -41,6 +42,14 @@ def echo_new_key(secret: str | None, public_key: str | None, *, label: str) -> N
         click.echo(f"{label}public key: {public_key}")
         click.echo("Give it to the receiver: it verifies the v1a signatures with it. The "
                    "private key never leaves Hookline.")
+
+
+def echo_repair(repaired: bool, released: int) -> None:
+    """Say that a new key replaced a sealed secret that did not open (damaged, or copied from
+    another endpoint or field), and how many deliveries held for it are due now."""
+    if repaired:
+        click.echo(f"{REPAIRED} (damaged, or copied from another endpoint or field); "
+                   f"{released} held deliveries due now")
 
 
 def describe_secrets(public: dict[str, Any]) -> str:
@@ -74,10 +83,15 @@ def rotate_secret(endpoint_id: str, overlap: float | None, secret: str | None,
     too (one `webhook-signature` header, several signatures), so the receiver can switch to the
     new key at its own pace: from HMAC to ed25519 too, without a missed verification. Expired
     secrets are removed.
+
+    A sealed secret that does not open (damaged, or copied from another endpoint or field) is
+    replaced, none kept, and the deliveries held for it go now; give --signature ed25519 if
+    the endpoint signed with ed25519 (the kind of the lost key cannot be read).
     """
     rotated = rotate(cli_actor(), endpoint_id, secret=secret, overlap=overlap,
                      signature=signature)
     click.echo(f"rotated the signing secret of {rotated.summary.id}")
+    echo_repair(rotated.repaired, rotated.released)
     echo_new_key(rotated.secret, rotated.public_key, label="new ")
     for until in rotated.previous_until:
         click.echo(f"previous secret signs until {format_time(until) if until else 'never'}")

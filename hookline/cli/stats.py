@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from hookline.cli.output import (
     echo_fields,
     echo_json,
     field_lines,
+    format_age,
     format_time,
     redacted,
     redis_failure,
@@ -21,6 +23,7 @@ from hookline.cli.output import (
 )
 from hookline.cli.schedule import schedule_json, schedule_rows
 from hookline.core.config import settings
+from hookline.outbox.status import OutboxDepth
 from hookline.service.actor import cli_actor
 from hookline.service.ordering import OrderedCounts
 from hookline.service.stats import BrokerUnreachable, StatsSnapshot, stats_snapshot
@@ -88,6 +91,7 @@ def _report(snapshot: StatsSnapshot) -> dict[str, Any]:
         "in_flight": snapshot.in_flight,
         "workers": snapshot.workers,
         "ordered": [counts.as_dict() for counts in snapshot.ordered],
+        "outbox": None if snapshot.outbox is None else asdict(snapshot.outbox),
     }
 
 
@@ -142,7 +146,19 @@ def _rows(snapshot: StatsSnapshot) -> list[tuple[str, Any]]:
                  for row in snapshot.in_flight]),
         *_ordered_rows(snapshot.ordered),
         *_workers_rows(snapshot.workers),
+        *_outbox_rows(snapshot.outbox),
     ]
+
+
+def _outbox_rows(outbox: OutboxDepth | None) -> list[tuple[str, Any]]:
+    """The transactional outbox (when it is on): rows waiting, and the oldest one's age."""
+    if outbox is None:
+        return []
+    if outbox.waiting is None:
+        return [("outbox", f"unreadable ({outbox.database}: {outbox.error})")]
+    oldest = ("" if outbox.oldest_age is None else
+              f", the oldest due {format_age(outbox.oldest_age)} ago")
+    return [("outbox", f"{outbox.waiting} row(s) waiting{oldest} ({outbox.database})")]
 
 
 def _stats_frame(as_json: bool, interval: float) -> str:

@@ -10,7 +10,8 @@ include, a Flask blueprint).
 sign-in), so a mounting host passes an authorizer that reads its own session instead. Every
 state-changing request must pass ``csrf`` (:mod:`hookline.console.security`): 403 otherwise,
 before any page runs. The service's refusals become status codes: read-only 403, unknown or out
-of scope 404, bad input 400, each with the service's one-line message.
+of scope 404, bad input 400, Redis not answering within ``HOOKLINE_REDIS_TIMEOUT`` 503, each
+with the service's one-line message.
 
 ``mount_prefix`` is the path the host serves the console under (``/ops/hookline``): requests
 arriving with it are routed without it and every URL the pages build carries it.
@@ -37,9 +38,10 @@ from hookline.console.security import SAFE_METHODS, Csrf, content_security_polic
 from hookline.console.visit import Face, Visit
 from hookline.core import redact
 from hookline.core.config import settings
-from hookline.core.errors import HooklineError
+from hookline.core.errors import HooklineError, RedisUnavailable
 from hookline.service import actor as actors
 from hookline.service.stats import BrokerUnreachable
+from hookline.transport.bounded import bounded
 
 Authorizer = Callable[[Request], "actors.Actor | None"]
 
@@ -123,7 +125,9 @@ class Console:
                                "console (CSRF token missing or wrong): reload the page and "
                                "try again.")
         try:
-            return self.pages[str(page)](visit)
+            return bounded(self.pages[str(page)])(visit)
+        except RedisUnavailable as exc:  # within HOOKLINE_REDIS_TIMEOUT, not a hang
+            return self._error(visit, 503, str(exc))
         except actors.ReadOnly as exc:
             return self._error(visit, 403, str(exc))
         except actors.NotFound as exc:

@@ -44,9 +44,10 @@ from hookline.console.security import (
 )
 from hookline.console.visit import Visit
 from hookline.core.env import ConfigError
-from hookline.core.errors import HooklineError
+from hookline.core.errors import HooklineError, RedisUnavailable
 from hookline.service import actor as actors
 from hookline.service import portal
+from hookline.transport.bounded import bounded
 
 #: The cookie holding the session's signed token.
 SESSION_COOKIE = "hookline_portal"
@@ -133,12 +134,12 @@ class Portal:
     def _page(self, visit: Visit, page: str) -> Response:
         """The page, the service's refusals as status codes."""
         try:
-            return self.pages[page](visit)
+            return bounded(self.pages[page])(visit)
         except actors.ReadOnly as exc:
             return self._error(visit, 403, str(exc))
         except actors.NotFound as exc:
             return self._error(visit, 404, str(exc))
-        except redis.RedisError:
+        except (RedisUnavailable, redis.RedisError):  # a tenant is not told where, or why
             return self._error(visit, 503, "The portal cannot reach its data store: try "
                                "again in a moment.")
         except HooklineError as exc:

@@ -37,16 +37,16 @@ from typing import Any
 from blinker import Namespace
 from flask import Flask, Response, g, has_request_context
 
-from hookline.api.enqueue import send_webhook as _send_webhook
 from hookline.contrib.framework import (
     Publication,
     check_environment,
+    enqueue_logged,
     forward_operational,
     prepare_publication,
     publish_logged,
 )
 from hookline.core import operational_events
-from hookline.core.config import ConfigError, Settings
+from hookline.core.config import ConfigError, Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.operational_events import OperationalEvent
 from hookline.core.refusal import refused
@@ -126,8 +126,56 @@ class Hookline:
     ) -> str:
         """Validate and enqueue one event, as :func:`hookline.send_webhook`; returns its event id.
         Raises :class:`hookline.WebhookInputError` on bad input."""
+        from hookline.api.enqueue import send_webhook as _send_webhook
+
         return _send_webhook(endpoint_id, event_type, payload, event_id, deadline=deadline,
                              ordering_key=ordering_key)
+
+    def send_webhook_on_commit(
+        self,
+        endpoint_id: str,
+        event_type: str,
+        payload: Any,
+        event_id: str | None = None,
+        *,
+        session: Any,
+        deadline: float | datetime | None = None,
+        ordering_key: str | None = None,
+    ) -> str:
+        """One event for one endpoint, sent only if ``session``'s transaction (a SQLAlchemy
+        session: Flask-SQLAlchemy's ``db.session``) commits; returns its event id.
+
+        With ``HOOKLINE_OUTBOX=on`` it is a row of the outbox in that transaction
+        (``hookline.contrib.sqlalchemy.add_webhook``), published by the workers' relay:
+        nothing here touches Redis. Off, the event is checked now (Redis included, as
+        :func:`hookline.send_webhook`) and enqueued when the session commits; a rollback
+        sends nothing."""
+        if _outbox(session):
+            from hookline.contrib.sqlalchemy import add_webhook
+
+            return add_webhook(session, endpoint_id, event_type, payload, event_id,
+                               deadline=deadline, ordering_key=ordering_key)
+        from sqlalchemy import event as sa_event
+
+        from hookline.api.enqueue import prepare_event
+
+        prepared = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline,
+                                 bind=False, ordering_key=ordering_key)
+        target = getattr(session, "registry", None)  # a scoped_session: its session now
+        target = target() if callable(target) else session
+        ended = [False]  # the transaction this event belongs to has ended
+
+        def committed(_: Any) -> None:
+            if not ended[0]:
+                ended[0] = True
+                enqueue_logged(prepared)
+
+        def rolled_back(_: Any) -> None:
+            ended[0] = True
+
+        sa_event.listen(target, "after_commit", committed, once=True)
+        sa_event.listen(target, "after_rollback", rolled_back, once=True)
+        return prepared.event_id
 
     def publish_on_commit(
         self,
@@ -139,11 +187,23 @@ class Hookline:
         channels: Sequence[str] | None = None,
         deadline: float | datetime | None = None,
         ordering_key: str | None = None,
+        session: Any = None,
     ) -> str:
         """Publish an event to an application's subscribed endpoints (``hookline.publish``)
         once this request has answered below 400; returns its event id. The event type, id,
         payload and deadline are checked now (``WebhookInputError``). Outside a request it is
-        published at once."""
+        published at once.
+
+        With ``HOOKLINE_OUTBOX=on`` and a SQLAlchemy ``session`` (Flask-SQLAlchemy's
+        ``db.session``) the event is instead a row of the outbox in that session's
+        transaction (``hookline.contrib.sqlalchemy.add_publication``), published by the
+        workers' relay once committed."""
+        if session is not None and _outbox(session):
+            from hookline.contrib.sqlalchemy import add_publication
+
+            return add_publication(session, app_id, event_type, payload, event_id,
+                                   channels=channels, deadline=deadline,
+                                   ordering_key=ordering_key)
         publication = prepare_publication(app_id, event_type, payload, event_id, channels,
                                           deadline, ordering_key)
         if has_request_context():
@@ -168,3 +228,8 @@ def _publish_pending(response: Response) -> Response:
     for publication in pending:
         publish_logged(publication)
     return response
+
+
+def _outbox(session: Any) -> bool:
+    """Whether events go to the outbox: ``HOOKLINE_OUTBOX=on`` and a session to write in."""
+    return settings().outbox and session is not None

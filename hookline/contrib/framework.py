@@ -9,34 +9,33 @@ set them is refused with the reason, instead of taking effect in one process onl
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hookline.api.enqueue import PreparedEvent, WebhookInputError, enqueue_prepared
-from hookline.core.config import ConfigError, Settings, setting_names, settings
-from hookline.core.errors import InvalidField
-from hookline.core.event import (
-    check_deadline,
-    check_event_id,
-    check_event_type,
-    check_ordering_key,
-    check_payload,
-)
-from hookline.core.logs import log_event
 from hookline.core.operational_events import KINDS, REGISTRY, OperationalEvent
+
+if TYPE_CHECKING:
+    from hookline.core.config import Settings
+    from hookline.delivery.prepared import PreparedEvent
+
+# A web process imports this module with its framework (Django's INSTALLED_APPS, a Flask
+# extension): the settings, the checks and the logs are imported where first used.
 
 
 def check_environment(framework_keys: Iterable[Any], *, source: str) -> Settings:
     """Validate the environment's Hookline settings now (a bad value fails the web process
     at start-up, naming the variable), and refuse Hookline settings given in ``source``."""
+    from hookline.core.config import ConfigError, settings
+
+    own = _own_names()
     misplaced = sorted(str(key) for key in framework_keys
                        if str(key) == "HOOKLINE" or str(key).startswith("HOOKLINE_")
-                       or str(key) in _OWN_NAMES)
+                       or str(key) in own)
     if misplaced:
         raise ConfigError(
             f"{source} sets {', '.join(misplaced)}: Hookline reads its settings from the "
@@ -50,15 +49,22 @@ def check_environment(framework_keys: Iterable[Any], *, source: str) -> Settings
         raise ConfigError(f"environment: {exc}") from None
 
 
-#: Names only Hookline uses (``REDIS_URL`` is common to other libraries' configs, a cache's
-#: for one, and is not refused there).
-_OWN_NAMES = frozenset(name for name in setting_names() if name.startswith("HOOKLINE_")) | {
-    "CELERY_VISIBILITY_TIMEOUT"}
+@functools.cache
+def _own_names() -> frozenset[str]:
+    """Names only Hookline uses (``REDIS_URL`` is common to other libraries' configs, a cache's
+    for one, and is not refused there)."""
+    from hookline.core.config import setting_names
+
+    return frozenset(name for name in setting_names() if name.startswith("HOOKLINE_")) | {
+        "CELERY_VISIBILITY_TIMEOUT"}
 
 
 def enqueue_logged(event: PreparedEvent) -> None:
     """Publish a prepared event; after a commit nobody else would notice a failure, so it is
     logged with the event's id before it propagates."""
+    from hookline.core.logs import log_event
+    from hookline.delivery.prepared import enqueue_prepared  # the publishing path, when used
+
     try:
         enqueue_prepared(event)
     except Exception as exc:
@@ -85,30 +91,25 @@ def prepare_publication(app_id: str, event_type: str, payload: Any, event_id: st
                         channels: Sequence[str] | None,
                         deadline: float | datetime | None,
                         ordering_key: str | None = None) -> Publication:
-    """Check what can be checked without Redis (the event type, id, payload and deadline:
-    ``WebhookInputError`` at the call site) and copy the payload as JSON, so the event
-    published at commit is the one checked now. ``hookline.publish`` checks the rest (the
-    application, the channels) when it runs."""
-    event_id = str(uuid.uuid4()) if event_id is None else event_id
-    try:
-        check_event_type(event_type)
-        check_event_id(event_id)
-        text = check_payload(payload, max_bytes=settings().max_payload_bytes)
-        deadline_ts = check_deadline(deadline)
-        ordering_key = check_ordering_key(ordering_key)
-    except InvalidField as exc:
-        raise WebhookInputError(str(exc), exc.field) from None
-    if not isinstance(app_id, str) or not app_id:
-        raise WebhookInputError("app id must be a non-empty string", "app_id")
-    return Publication(app_id, event_type, json.loads(text), event_id,
-                       None if channels is None else tuple(channels), deadline_ts,
-                       ordering_key)
+    """Check what can be checked without Redis (the application id's form, the event type, id,
+    payload, channels, deadline and ordering key: ``WebhookInputError`` at the call site) and
+    copy the payload as JSON, so the event published at commit is the one checked now.
+    ``hookline.publish`` checks the rest (the application exists, the catalog and schemas)
+    when it runs."""
+    from hookline.core.incoming import checked_publication
+
+    checked = checked_publication(app_id, event_type, payload, event_id, channels, deadline,
+                                  ordering_key)
+    return Publication(app_id, event_type, json.loads(checked.text), checked.event_id,
+                       checked.channels if channels is not None else None, checked.deadline,
+                       checked.ordering_key)
 
 
 def publish_logged(publication: Publication) -> None:
     """Publish a checked event; a failure after the commit is logged with the event's id
     before it propagates (nobody else would notice it)."""
     import hookline  # hookline.publish looked up now, not at import (a test may wrap it)
+    from hookline.core.logs import log_event
 
     try:
         hookline.publish(publication.app_id, publication.event_type, publication.payload,

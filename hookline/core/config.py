@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from hookline.core import redact, sentinel
 from hookline.core.env import ConfigError, Integer, raw
@@ -85,6 +86,7 @@ class Settings:
     broker_url: str = DEFAULT_REDIS_URL
     visibility_timeout: float = 300.0
     heartbeat_interval: float = 2.0
+    reconcile_interval: float = 30.0
     liveness_window: float = 6.0
     runnable_attempts: int = 64
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
@@ -123,6 +125,12 @@ class Settings:
     #: 1 on a single Redis, 16 on a Redis Cluster (``hookline.store.keys``).
     state_shards: int = 1
     operational_endpoint: str | None = None
+    outbox: bool = False
+    outbox_url: str = field(default="", repr=False)
+    outbox_database: str = "default"
+    outbox_batch: int = 500
+    outbox_poll: float = 0.05
+    outbox_hold: float = 60.0
     worker_imports: tuple[str, ...] = ()
     #: "" when neither URL is a ``sentinel://`` URL (``hookline/core/sentinel.py``).
     sentinel_master: str = ""
@@ -130,6 +138,8 @@ class Settings:
     #: :data:`ALL_REPLICAS` by default with a Sentinel URL (hookline/store/replication.py).
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
+    #: Longest one Redis call waits to connect and to be answered (hookline/store/connection.py).
+    redis_timeout: float = 5.0
 
     @property
     def state_is_cluster(self) -> bool:
@@ -213,7 +223,23 @@ def _redis_url(env: Mapping[str, str]) -> tuple[str, str]:
             f"{variable}={redact.url(redis_url)!r} must start with redis://, rediss://, "
             "unix://, sentinel:// (Redis Sentinel), or redis+cluster:// / rediss+cluster:// "
             "(Redis Cluster)")
-    return variable, redis_url
+    return variable, _readable(variable, redis_url)
+
+
+def _readable(variable: str, url: str) -> str:
+    """``url`` once its host and port can be read (redis-py's reading: ``urlsplit``); a
+    ``sentinel://`` URL is ``sentinel.parse``'s. The refusal shows the URL redacted (its
+    scheme and host, never its password) and says what to fix."""
+    if sentinel.is_sentinel(url):
+        return url
+    try:
+        urlsplit(url).port  # noqa: B018 (read for its ValueError)
+    except ValueError:
+        raise ConfigError(
+            f"{variable}={redact.url(url)!r} is not a valid URL: its host and port cannot be "
+            "read (the port is a number, an IPv6 address goes in [brackets], and a password "
+            "holding '/', '?', '#' or '@' is percent-encoded)") from None
+    return url
 
 
 def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
@@ -231,7 +257,7 @@ def _broker_url(env: Mapping[str, str], redis_url: str) -> str:
             "Hookline does not support this broker; supported broker URL schemes: "
             f"{', '.join(s + '://' for s in SUPPORTED_BROKER_SCHEMES)} (Redis, Redis "
             "Sentinel, RabbitMQ)")
-    return url
+    return _readable("HOOKLINE_BROKER_URL", url) if scheme in REDIS_BROKER_SCHEMES else url
 
 
 def _sentinel_settings(env: Mapping[str, str], redis_variable: str, redis_url: str
@@ -303,12 +329,22 @@ def _check_together(settings: Settings) -> None:
             f"HOOKLINE_LIVENESS_WINDOW ({settings.liveness_window:g}s) must be at least twice "
             f"HOOKLINE_HEARTBEAT_INTERVAL ({settings.heartbeat_interval:g}s): a live process "
             "would be declared dead between two of its heartbeats")
+    _check_redis_timeout(settings)
     if settings.visibility_timeout <= settings.lease_seconds():
         raise ConfigError(
             f"CELERY_VISIBILITY_TIMEOUT ({settings.visibility_timeout:g}s) must exceed the "
             f"longest attempt ({settings.lease_seconds():g}s: connect + 2 x read timeout + "
             f"{LEASE_MARGIN:g}s), or a message still being sent is handed to a second worker"
         )
+
+
+def _check_redis_timeout(settings: Settings) -> None:
+    """A WAIT for the replicas is one Redis call: it must end before the call's timeout."""
+    if settings.redis_wait_replicas and settings.redis_wait_timeout >= settings.redis_timeout:
+        raise ConfigError(
+            f"HOOKLINE_REDIS_WAIT_TIMEOUT ({settings.redis_wait_timeout:g}s) must be below "
+            f"HOOKLINE_REDIS_TIMEOUT ({settings.redis_timeout:g}s): the WAIT for the replicas "
+            "is one Redis call, which the timeout would cut short")
 
 
 def _cluster_checked(env: Mapping[str, str], variable: str, settings: Settings) -> Settings:

@@ -143,6 +143,12 @@ class Endpoint:
     def policy(self) -> RetryPolicy:
         return settings().retry_policy.replace(self.retry_policy)
 
+    def held_too_long(self, since: float, now: float) -> bool:
+        """Whether a delivery first attempted (or, never attempted, published) at ``since``
+        has waited past its max age: a failing endpoint's open breaker holds deliveries
+        without attempts, but not for ever (time paused does not count)."""
+        return now - since - self.paused_seconds(since, now) > self.policy().max_age
+
     def read_timeout(self) -> float:
         return self.timeout if self.timeout is not None else settings().read_timeout
 

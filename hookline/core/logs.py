@@ -25,14 +25,12 @@ over: ``reason`` exhausted or expired) or ``delivery.rejected`` (the answer ends
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
 
-from pythonjsonlogger.json import JsonFormatter as _LibraryJsonFormatter
-
 from hookline.core import redact
-from hookline.core.config import settings
 
 log = logging.getLogger("hookline")
 
@@ -41,33 +39,49 @@ REDACTED_FIELDS = frozenset({"secret", "secrets", "signature", "payload", "body"
                              "url", "response"})
 
 
-class JsonFormatter(_LibraryJsonFormatter):
-    """One JSON object per line (python-json-logger): time, level, logger, then the event's
-    fields (``log_event``) or ``message``; ``traceback`` for a record with an exception,
-    ``stack`` with stack info. Other ``extra`` attributes of a record are left out (Celery's
-    task lines carry the task's arguments in one)."""
+@functools.cache
+def _json_formatter() -> type[logging.Formatter]:
+    """The JSON formatter class, built on first use: python-json-logger is loaded by a
+    process that writes JSON lines, not by every process that imports this module."""
+    from pythonjsonlogger.json import JsonFormatter as Library
 
-    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
-                   message_dict: dict[str, Any]) -> None:
-        log_data["time"] = round(record.created, 3)
-        log_data["level"] = record.levelname.lower()
-        log_data["logger"] = record.name
-        fields = getattr(record, "hookline", None)
-        if isinstance(fields, dict):
-            log_data.update(fields)
-        else:
-            log_data["message"] = record.getMessage()
-        if message_dict.get("exc_info"):
-            log_data["traceback"] = message_dict["exc_info"]
-        if message_dict.get("stack_info"):
-            log_data["stack"] = message_dict["stack_info"]
+    class JsonFormatter(Library):
+        """One JSON object per line (python-json-logger): time, level, logger, then the event's
+        fields (``log_event``) or ``message``; ``traceback`` for a record with an exception,
+        ``stack`` with stack info. Other ``extra`` attributes of a record are left out (Celery's
+        task lines carry the task's arguments in one)."""
 
-    def formatException(self, ei: Any) -> str:
-        return redact.text(str(super().formatException(ei)))
+        def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
+                       message_dict: dict[str, Any]) -> None:
+            log_data["time"] = round(record.created, 3)
+            log_data["level"] = record.levelname.lower()
+            log_data["logger"] = record.name
+            fields = getattr(record, "hookline", None)
+            if isinstance(fields, dict):
+                log_data.update(fields)
+            else:
+                log_data["message"] = record.getMessage()
+            if message_dict.get("exc_info"):
+                log_data["traceback"] = message_dict["exc_info"]
+            if message_dict.get("stack_info"):
+                log_data["stack"] = message_dict["stack_info"]
+
+        def formatException(self, ei: Any) -> str:
+            return redact.text(str(super().formatException(ei)))
+
+    return JsonFormatter
+
+
+def __getattr__(name: str) -> Any:
+    if name == "JsonFormatter":
+        return _json_formatter()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def log_event(name: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log event ``name`` with ``fields``, text or JSON as configured."""
+    from hookline.core.config import settings  # the settings once a line is written
+
     fields = {key: "[redacted]" if key in REDACTED_FIELDS
               else redact.text(value) if isinstance(value, str) else value
               for key, value in fields.items() if value is not None}
@@ -97,7 +111,7 @@ def configure_worker_logging(logger: logging.Logger, *, json_lines: bool) -> Non
         if not any(isinstance(f, redact.RedactingFilter) for f in handler.filters):
             handler.addFilter(redact.RedactingFilter())
         if json_lines:
-            handler.setFormatter(JsonFormatter())
+            handler.setFormatter(_json_formatter()())
 
 
 def configure_json_logging(logger: logging.Logger | None = None) -> None:

@@ -53,6 +53,11 @@ def delivery_headers(args: Any, kwargs: Any, task_id: Any) -> dict[str, str]:
     sequence = kwargs.get("sequence")
     if isinstance(sequence, int) and not isinstance(sequence, bool) and sequence > 0:
         headers["hookline_seq"] = str(sequence)
+    # Since when it waits (first attempted, else published; Unix seconds): a delivery held
+    # behind a failing endpoint goes to a worker, which dead-letters it, past its max age.
+    since = kwargs.get("first_attempt_at") or kwargs.get("enqueued_at")
+    if isinstance(since, int | float) and not isinstance(since, bool) and since > 0:
+        headers["hookline_since"] = str(int(since))
     return headers
 
 

@@ -14,11 +14,17 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+from hookline.core import sentinel
 
 MASK = "***"
 #: A path segment shown as it is: a plain word (no digits), short enough not to be a token.
 _PLAIN_SEGMENT = re.compile(r"[A-Za-z][A-Za-z_-]{0,14}\Z")
+#: A URL's scheme and its ``://``, as far as a malformed URL still shows them.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+#: A host as :func:`malformed` shows it: a name, an IPv4 address or a bracketed IPv6 one.
+_HOST = re.compile(r"(?:[A-Za-z0-9._~%-]*|\[[0-9A-Fa-f:.]*\]?)\Z")
 #: A URL with a scheme inside free text.
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 #: urllib3's and http.client's way of naming a request target without its host.
@@ -36,15 +42,17 @@ def path(target: str) -> str:
 
 
 def url(value: str) -> str:
-    """``value`` fit to show: no userinfo, no query values, no token-like path segments."""
+    """``value`` fit to show: no userinfo, no query values, no token-like path segments. A
+    malformed one (no scheme, no host, a port that is no number, a broken IPv6 address) shows
+    what can be told of it: :func:`malformed`."""
     try:
         parts = urlsplit(value.strip())
         host = parts.hostname or ""
         port = parts.port
     except ValueError:
-        return MASK
+        return malformed(value)
     if not parts.scheme or not host:
-        return MASK
+        return malformed(value)
     if ":" in host:
         host = f"[{host}]"
     netloc = (f"{MASK}@" if "@" in parts.netloc else "") + host
@@ -52,6 +60,52 @@ def url(value: str) -> str:
         netloc += f":{port}"
     target = parts.path + (f"?{parts.query}" if parts.query or "?" in value else "")
     return f"{parts.scheme}://{netloc}{path(target) if target else ''}"
+
+
+def server(value: str) -> str:
+    """A Redis or broker URL fit for an error message: all of it but the password (the user,
+    the database kept, unlike :func:`url`); a Sentinel URL as :mod:`hookline.core.sentinel`
+    shows it, a malformed one as :func:`malformed` does."""
+    if sentinel.is_sentinel(value):  # several hosts: not a URL urlsplit reads
+        return sentinel.shown(value)
+    try:
+        parts = urlsplit(value)
+        if parts.password is None:
+            return value
+        netloc = f"{parts.username or ''}:{MASK}@{parts.hostname or ''}"
+        netloc += f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return malformed(value)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def malformed(value: str) -> str:
+    """A URL :func:`url` cannot read, shown by its scheme and host as far as they can be told,
+    never what may be a password: everything before the last ``@`` is userinfo (a password
+    may hold ``/``, ``?``, ``#`` or ``@``), a port that is no number is masked, a host with
+    characters no host has is masked, and what follows the host is a path (:func:`path`)."""
+    value = value.strip()
+    scheme = _SCHEME.match(value)
+    rest = value[scheme.end():] if scheme else value
+    _, at, rest = rest.rpartition("@")
+    cut = min([index for index in (rest.find(mark) for mark in "/?#") if index >= 0],
+              default=len(rest))
+    shown = (scheme.group(0) if scheme else "") + (f"{MASK}@" if at else "") + _host(rest[:cut])
+    return shown + (path(rest[cut:]) if rest[cut:] else "")
+
+
+def _host(text: str) -> str:
+    """A host and port as :func:`malformed` shows them: each masked unless it looks like one."""
+    if text.startswith("["):  # an IPv6 address, its closing bracket there or not
+        name, close, after = text.partition("]")
+        name += close
+        colon, port = (":", after[1:]) if after.startswith(":") else ("", after)
+    else:
+        name, colon, port = text.partition(":")
+    name = name if _HOST.match(name) else MASK
+    if not (colon or port):
+        return name
+    return name + colon + (port if port.isascii() and port.isdigit() else MASK)
 
 
 def text(value: str) -> str:

@@ -2,6 +2,7 @@
 is checked once, when it is registered, and every published payload of its type against it.
 The checking is the ``jsonschema`` library's (the draft the schema's ``$schema`` names, Draft
 2020-12 when it names none); remote ``$ref`` are never fetched. Pure: no Redis, no Celery.
+``jsonschema`` itself is loaded where a schema is, not by every process that publishes.
 """
 
 from __future__ import annotations
@@ -9,9 +10,6 @@ from __future__ import annotations
 import functools
 import json
 from typing import Any
-
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
 
 from hookline.core.errors import InvalidField
 from hookline.core.event import shown
@@ -33,6 +31,9 @@ def check_schema(schema: Any) -> str:
     if len(text.encode()) > MAX_SCHEMA_BYTES:
         raise SchemaError("schema", f"the schema is {len(text.encode())} bytes; the limit is "
                                     f"{MAX_SCHEMA_BYTES}")
+    from jsonschema import exceptions as schema_errors
+    from jsonschema import validators
+
     validator = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         validator.check_schema(schema)
@@ -54,6 +55,8 @@ def json_path(path: Any) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _validator(schema_text: str) -> Any:
+    from jsonschema import validators
+
     schema = json.loads(schema_text)
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     return cls(schema)

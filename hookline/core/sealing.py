@@ -28,11 +28,12 @@ import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING
 
 from hookline.core.errors import HooklineError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 #: The prefix of a key as ``hookline secrets generate-key`` prints it.
 KEY_PREFIX = "hlkey_"
@@ -124,7 +125,11 @@ class Keyring:
     _opened: dict[tuple[str, bytes], str] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._ciphers = {key_id(raw): AESGCM(raw) for raw in self.keys}
+        self._ciphers = {}
+        if self.keys:  # cryptography is loaded where a key is set, not by a web process
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._ciphers = {key_id(raw): AESGCM(raw) for raw in self.keys}
 
     @property
     def enabled(self) -> bool:
@@ -160,6 +165,7 @@ class Keyring:
         cipher = self._ciphers.get(kid)
         if cipher is None:
             raise MissingKey(kid, where)
+        from cryptography.exceptions import InvalidTag  # loaded with the cipher already
         try:
             sealed = base64.urlsafe_b64decode(encoded)
             plaintext = cipher.decrypt(sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], aad)

@@ -20,12 +20,12 @@ import functools
 import math
 import secrets as random_secrets
 from datetime import UTC, datetime
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from standardwebhooks import Webhook
+from typing import TYPE_CHECKING
 
 from hookline.core.errors import InvalidField
+
+if TYPE_CHECKING:  # cryptography and standardwebhooks load where a request is signed
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 HMAC = "hmac"
 ED25519 = "ed25519"
@@ -89,6 +89,8 @@ def public_key(secret: str) -> str | None:
     for an HMAC secret, which has none."""
     if secret_kind(secret) != ED25519:
         return None
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     key = _private_key(secret).public_key()
     return PUBLIC_KEY_PREFIX + _b64(key.public_bytes(Encoding.Raw, PublicFormat.Raw))
 
@@ -102,6 +104,8 @@ def signature(secret: str, msg_id: str, sent_at: datetime, body: str) -> str:
     """One ``webhook-signature`` entry: ``v1,...`` for an HMAC secret, ``v1a,...`` for an
     ed25519 key, over ``{msg_id}.{timestamp}.{body}``."""
     if secret_kind(secret) == HMAC:
+        from standardwebhooks import Webhook
+
         return Webhook(secret).sign(msg_id, sent_at, body)
     timestamp = math.floor(sent_at.replace(tzinfo=sent_at.tzinfo or UTC).timestamp())
     signed = _private_key(secret).sign(f"{msg_id}.{timestamp}.{body}".encode())
@@ -111,6 +115,8 @@ def signature(secret: str, msg_id: str, sent_at: datetime, body: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _private_key(secret: str) -> Ed25519PrivateKey:
     """The loaded key, kept: loading costs as much as a signature, once per endpoint here."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     return Ed25519PrivateKey.from_private_bytes(_seed(secret))
 
 
@@ -129,6 +135,9 @@ def _seed(secret: str) -> bytes:
 
 
 def _raw_public_key(seed: bytes) -> bytes:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     key = Ed25519PrivateKey.from_private_bytes(seed).public_key()
     return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
 

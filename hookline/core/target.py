@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from urllib3.exceptions import LocationParseError
-from urllib3.util import parse_url
-
 from hookline.core import redact
 from hookline.core.errors import InvalidField
 from hookline.core.ssrf import Network
@@ -74,6 +71,10 @@ def parse_target(url: Any) -> Target:
         raise InvalidURL(f"url is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
     _check_characters(url)
     shown = _named(url)
+    # urllib3 is the sender's: loaded where an endpoint's URL is checked, not by a web process
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
     try:
         parsed = parse_url(url)
         split = urlsplit(url)

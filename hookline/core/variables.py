@@ -34,6 +34,8 @@ YEAR = 365 * DAY
 MAX_READ_TIMEOUT = 120.0
 #: Longest connect timeout, seconds.
 MAX_CONNECT_TIMEOUT = 60.0
+#: Longest HOOKLINE_REDIS_TIMEOUT, seconds.
+MAX_REDIS_TIMEOUT = 60.0
 #: Largest payload or response size limit, bytes (16 MiB).
 MAX_BYTES = 16 * 1024 * 1024
 
@@ -114,10 +116,19 @@ POLICY = _group(
 SETTINGS = (
     *_group(
         "Redis and the broker",
+        ("HOOKLINE_REDIS_TIMEOUT", "redis_timeout",
+         Number(5.0, minimum=1.0, maximum=MAX_REDIS_TIMEOUT),
+         "Longest any one call to Hookline's Redis or its Redis broker waits to connect and "
+         "for the answer, in every process. Past it (or at once when the connection is "
+         "refused, after two quick retries) `send_webhook`, `publish`, `deliver.delay`, "
+         "`portal_link` and the console's pages raise `hookline.RedisUnavailable`, naming the "
+         "server and this timeout, instead of hanging on a stalled Redis; a worker fails that "
+         "one step and carries on (its messages wait in Redis)."),
         ("HOOKLINE_REDIS_WAIT_TIMEOUT", "redis_wait_timeout",
          Number(1.0, minimum=0.001, maximum=60.0),
          "Longest wait for the replicas of `HOOKLINE_REDIS_WAIT_REPLICAS`; too few in time "
-         "fails the write as an unreachable Redis would."),
+         "fails the write as an unreachable Redis would. Below `HOOKLINE_REDIS_TIMEOUT` "
+         "when replicas are waited for."),
     ),
     *_group(
         "Workers and acknowledgement",
@@ -129,6 +140,11 @@ SETTINGS = (
         ("HOOKLINE_HEARTBEAT_INTERVAL", "heartbeat_interval",
          Number(2.0, minimum=0.05, maximum=60.0),
          "Seconds between a worker process's heartbeats."),
+        ("HOOKLINE_RECONCILE_INTERVAL", "reconcile_interval",
+         Number(30.0, minimum=1.0, maximum=3600.0),
+         "Seconds between sweeps that mend the in-flight counts Redis keeps for the workers "
+         "(an attempt whose settle was lost holds no endpoint slot past it); a worker also "
+         "sweeps as soon as Redis is back after an outage."),
         ("HOOKLINE_LIVENESS_WINDOW", "liveness_window", Number(6.0, minimum=0.2, maximum=3600.0),
          "A process silent this long is dead, and its messages go back to the others at once; "
          "at least twice the heartbeat interval."),
@@ -252,6 +268,31 @@ SETTINGS = (
          "Response bytes kept per attempt; 0: none."),
     ),
     *_group(
+        "Outbox",
+        ("HOOKLINE_OUTBOX", "outbox", Flag(False),
+         "`on`: `send_webhook_on_commit` and `publish_on_commit` (Django) and the SQLAlchemy "
+         "helpers write each event as a row of the host's database in the caller's "
+         "transaction, and the workers' relay publishes it once committed; nothing on the "
+         "web path touches Redis. Off by default: it needs the table (Django's migration, or "
+         "the SQLAlchemy table) and workers that reach the database. See the outbox guide."),
+        ("HOOKLINE_OUTBOX_URL", "outbox_url", Text(description="a SQLAlchemy database URL"),
+         "The database the relay reads, as a SQLAlchemy URL (`postgresql+psycopg://...`, "
+         "`mysql+pymysql://...`, `sqlite:///path`); unset: the Django project that "
+         "`DJANGO_SETTINGS_MODULE` names. May hold a password: never logged or shown."),
+        ("HOOKLINE_OUTBOX_DATABASE", "outbox_database", Text("default"),
+         "The Django database alias the relay reads (with `DJANGO_SETTINGS_MODULE`)."),
+        ("HOOKLINE_OUTBOX_BATCH", "outbox_batch", Integer(500, minimum=1, maximum=10_000),
+         "Most rows one relay pass claims and publishes."),
+        ("HOOKLINE_OUTBOX_HOLD", "outbox_hold", Number(60.0, minimum=1.0, maximum=3600.0),
+         "Longest a relay holds rows it claimed without finishing (a relay paused or cut off "
+         "mid-pass): the lease of a claim on SQLite; on PostgreSQL the relay's session ends "
+         "after this long idle in its transaction, on MySQL/MariaDB after this long idle, "
+         "and its rows go to another relay (published again under the same event ids)."),
+        ("HOOKLINE_OUTBOX_POLL", "outbox_poll", Number(0.05, minimum=0.005, maximum=60.0),
+         "Seconds a relay waits before looking again when it found fewer rows than a batch "
+         "(how soon a committed row is published at most, and the idle queries per worker)."),
+    ),
+    *_group(
         "Operational events",
         ("HOOKLINE_OPERATIONAL_ENDPOINT", "operational_endpoint", EndpointId(),
          "A registered endpoint that operational events (endpoint disabled, event "
@@ -288,6 +329,10 @@ PROCESS = _group(
     ("HOOKLINE_WORKER_SUPERVISED", "", Described("(unset)", "set by `hookline worker`"),
      "Set by `hookline worker` in the workers it supervises (they share one metrics server "
      "and directory); not for users to set."),
+    ("DJANGO_SETTINGS_MODULE", "", Described("(none)", "a Python module path"),
+     "Django's own: with `HOOKLINE_OUTBOX=on` and no `HOOKLINE_OUTBOX_URL`, a worker or "
+     "`hookline outbox relay` started with the host's settings module reads the outbox from "
+     "its database (`HOOKLINE_OUTBOX_DATABASE`)."),
     ("PROMETHEUS_MULTIPROC_DIR", "", Described("(none)", "a directory"),
      "Under the prefork pool: an empty directory of that worker's own where its children "
      "write their metrics (prometheus-client's multiprocess mode)."),

@@ -23,14 +23,16 @@ from hookline.core import metrics, redact
 from hookline.core.attempts import waiting_on_receiver
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
+from hookline.core.errors import HooklineError
 from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
 from hookline.core.operational_events import OperationalEvent
 from hookline.core.policy import Outcome, classify, parse_retry_after, retry_countdown
 from hookline.delivery import reporting as operational
-from hookline.delivery.retries import dead_letter_scheduled
+from hookline.delivery.retries import UNREADABLE_JITTER, UNREADABLE_LOOK, dead_letter_scheduled
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
 from hookline.store.ordering import OrderLines
@@ -96,8 +98,9 @@ class Deferred:
 
 #: Deferral reasons that hold the whole endpoint, not one event.
 ENDPOINT_HOLDS = frozenset({"paused", "breaker_open", "breaker_probe", "blocked"})
-#: Seconds before a delivery whose endpoint's secrets did not open is looked at again.
-UNREADABLE_LOOK = 30.0
+#: The holds of a failing endpoint: a delivery held by one past its max age is dead-lettered
+#: as expired (a pause holds it for as long as the pause lasts).
+FAILING_HOLDS = ENDPOINT_HOLDS - {"paused"}
 #: Longest a half-open breaker's probe is taken to hold the endpoint before looking again.
 PROBE_LOOK = 2.0
 
@@ -216,11 +219,12 @@ class DeliveryEngine:
                 return self.dead_letter(request, "worker_lost", detail=admission.detail)
             case Verdict.UNREADABLE:
                 # Its secrets do not open here (no key for them, or damaged): reported, never
-                # sent with a garbage signature; it waits in the schedule for a fixed key.
+                # sent with a garbage signature; it waits in the schedule for a fixed key or
+                # record (a repair makes it due at once: retries.release_unreadable).
                 log_event("delivery.secrets_unreadable", level=logging.ERROR,
                           endpoint_id=request.endpoint_id, event_id=request.event_id,
                           error=admission.detail)
-                look = UNREADABLE_LOOK + self._rng.uniform(0, UNREADABLE_LOOK / 6)
+                look = UNREADABLE_LOOK + self._rng.uniform(0, UNREADABLE_JITTER)
                 return self._defer(request, "secrets_unreadable", look, look)
             case Verdict.CAPPED:
                 # At its max-in-flight: the worker sets it waiting for a slot of its endpoint
@@ -231,6 +235,9 @@ class DeliveryEngine:
                 return self._defer(request, "in_flight",
                                    admission.wait + self._rng.uniform(0.05, 0.5))
             case Verdict.DEFERRED:
+                if admission.detail in FAILING_HOLDS and self._held_too_long(request, now):
+                    return self.dead_letter(request, "expired", detail=(
+                        f"held past max_age by the endpoint's {admission.detail}"))
                 hold = 0.0
                 if admission.detail in ENDPOINT_HOLDS:
                     hold = (min(admission.wait, PROBE_LOOK)
@@ -243,6 +250,16 @@ class DeliveryEngine:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
                       event_id=request.event_id)
         return self._send(admission.endpoint, request, token, now, digest, admission, receipt)
+
+    def _held_too_long(self, request: DeliveryRequest, now: float) -> bool:
+        since = request.first_attempt_at or request.enqueued_at
+        if since is None:
+            return False
+        try:
+            endpoint = EndpointRegistry(self.gate.redis).get(request.endpoint_id)
+        except HooklineError:  # its secrets do not open: it is not this check's to say
+            return False
+        return endpoint is not None and endpoint.held_too_long(since, now)
 
     @staticmethod
     def _defer(request: DeliveryRequest, reason: str, countdown: float,

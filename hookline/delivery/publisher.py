@@ -19,6 +19,7 @@ from hookline.core.messages import (
     stamped,
 )
 from hookline.transport.app import celery_app, claims_on_publish
+from hookline.transport.bounded import bounded
 from hookline.transport.errors import EncodeError
 
 __all__ = ["DeliverHandle", "celery_app", "claims_on_publish", "deliver", "enqueue_delivery"]
@@ -50,11 +51,14 @@ class DeliverHandle:
     def delay(self, *args: Any, **kwargs: Any) -> Any:
         return self.apply_async(args, kwargs)
 
+    @bounded
     def apply_async(self, args: tuple[Any, ...] | list[Any] | None = None,
                     kwargs: dict[str, Any] | None = None, **options: Any) -> Any:
         """Publish; returns Celery's ``AsyncResult``: its ``id`` is the event id unless
         ``event_id`` is given (no result is stored: the outcome is ``hookline event show``).
-        ``options`` are Celery's (``task_id``, ``countdown`` is refused: see below)."""
+        ``options`` are Celery's (``task_id``, ``countdown`` is refused: see below).
+        :class:`hookline.RedisUnavailable` when the broker does not answer within
+        ``HOOKLINE_REDIS_TIMEOUT`` or refuses the connection."""
         for refused in ("countdown", "eta"):
             if refused in options:
                 raise TypeError(f"{refused} is not supported: a delivery goes out now, and "

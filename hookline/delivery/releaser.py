@@ -14,7 +14,7 @@ from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.fanout import sweep_fanouts
-from hookline.store.connection import redis_for
+from hookline.store.connection import bounded_options, redis_for
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.errors import KombuError
 from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
@@ -32,7 +32,7 @@ def broker_target(config: Settings) -> Any:
     if config.broker_amqp:
         return RabbitBroker()
     if not config.broker_is_state:
-        return redis_for(config.broker_url, decode_responses=False)
+        return redis_for(config.broker_url, decode_responses=False, **bounded_options())
     return None
 
 

@@ -26,6 +26,7 @@ from hookline.core.logs import log_event
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
 from hookline.core.policy import parse_rate
 from hookline.delivery import reporting
+from hookline.store.connection import redis_time
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import PAUSE_PARK, EndpointRegistry
 from hookline.store.ordering import OrderLines
@@ -184,6 +185,35 @@ def resume_endpoint(registry: EndpointRegistry, endpoint_id: str, *,
     log_event("endpoint.resumed", endpoint_id=endpoint_id, released=moved,
               paused_seconds=round((now - since) / 1000.0, 3))
     return endpoint, moved
+
+
+#: Seconds a delivery whose endpoint's secrets did not open is parked for (the engine's
+#: deferral ``secrets_unreadable``), and the most jitter added to them.
+UNREADABLE_LOOK = 30.0
+UNREADABLE_JITTER = UNREADABLE_LOOK / 6
+
+
+def release_unreadable(registry: EndpointRegistry, endpoint: Endpoint, *,
+                       grace: float = RESUME_GRACE) -> int:
+    """Once an endpoint's unreadable sealed secret is replaced, make its held deliveries due
+    now rather than at their next look: the ones the engine parked for it, due within
+    ``UNREADABLE_LOOK`` plus jitter, in the order they are due, one per rate interval when
+    it has a rate. Twice, ``grace`` seconds apart, like resume: a worker that read the old
+    record just before the repair parks its delivery just after the first pass. Returns how
+    many were made due."""
+    spacing = math.ceil(parse_rate(endpoint.rate) * 1100) if endpoint.rate else 0
+    window = math.ceil((UNREADABLE_LOOK + UNREADABLE_JITTER + 1.0) * 1000)
+    schedule = RetrySchedule(registry.redis)
+    moved, start = 0, 0
+    for attempt in range(2):
+        if attempt:
+            time.sleep(grace)
+        now = math.floor(redis_time(schedule.redis) * 1000)
+        start = max(now, start + moved * spacing)
+        moved += schedule.make_due(endpoint.id, parked_after=start, shift=window, now=start,
+                                   spacing=spacing, due_before=now + window)
+    log_event("endpoint.secrets_repaired", endpoint_id=endpoint.id, released=moved)
+    return moved
 
 
 def pause_endpoint(registry: EndpointRegistry, endpoint_id: str) -> Endpoint:

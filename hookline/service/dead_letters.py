@@ -54,6 +54,7 @@ from hookline.delivery.replay import (
 )
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
+from hookline.service.endpoints import require_known_endpoint
 from hookline.service.pages import Page, bounded_limit
 from hookline.store import deadletter as store
 from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterFilter, DeadLetterQueue
@@ -227,9 +228,11 @@ def decode_cursor(cursor: str) -> Position:
 
 def scope_endpoints(actor: Actor, query: DeadLetterQuery,
                     registry: EndpointRegistry | None = None) -> list[str] | None:
-    """The endpoints a scoped actor's query is limited to (None: no limit). A scoped actor
-    naming an endpoint outside its application gets NotFound, as for an unknown one."""
+    """The endpoints a scoped actor's query is limited to (None: no limit). NotFound for an
+    endpoint unknown (not registered, no dead letter) or outside a scoped actor's application."""
     if actor.app_scope is None:
+        if query.endpoint is not None:
+            require_known_endpoint(query.endpoint, or_named_by=DeadLetterPages().names)
         return None
     registry = registry or EndpointRegistry()
     if query.endpoint is not None:

@@ -10,13 +10,16 @@ that does not exist or is outside ``actor.app_scope``; one audit entry once done
     @dataclass(frozen=True)
     class RotatedSecret:   summary: EndpointSummary; secret: str | None; public_key: str | None
                            previous_until: list[float | None]   # old secrets' expiry
+                           repaired: bool; released: int         # see below
+    @dataclass(frozen=True)
+    class UpdatedEndpoint: summary: EndpointSummary; repaired: bool; released: int
     add_endpoint(actor, endpoint_id, url, *, secret=None, signature=None, timeout=None,
                  retry_policy=None, rate=None, burst=None, headers=None, app=None,
                  event_types=None, channels=None, max_in_flight=None) -> AddedEndpoint
     update_endpoint(actor, endpoint_id, *, url=None, secret=None, timeout=None,
                     retry_policy=None, rate=None, burst=None, headers=None,
                     remove_headers=(), app=None, event_types=None, channels=None,
-                    max_in_flight=None) -> EndpointSummary
+                    max_in_flight=None) -> UpdatedEndpoint
     remove_endpoint(actor, endpoint_id) -> None
     pause(actor, endpoint_id) -> EndpointSummary
     resume(actor, endpoint_id) -> int                     # held deliveries made due now
@@ -32,6 +35,13 @@ its public key, never the private key); given with ``secret``, the two must agre
 without one keeps the kind of the endpoint's newest key; with ``overlap=0`` it replaces the
 current keys at once (what ``hookline endpoint update --signature`` does).
 
+A new secret (``update_endpoint(secret=...)``, ``rotate_secret``) replaces a sealed secret that
+does not open with the key its id names (damaged, or copied from another endpoint or field:
+``hookline.core.sealing``), which every other action refuses: ``repaired`` says so, the
+audit entry too, and the deliveries held for it (deferred ``secrets_unreadable``) are made due
+now (``released``, ``retries.release_unreadable``). A rotation then keeps no previous secret.
+Another field that does not open, or a key not held, is still refused.
+
 A scoped actor's endpoints stay in its application: ``add_endpoint`` puts them there (another
 application is NotFound) and ``update_endpoint`` cannot move one out. Validation and the SSRF
 rules are the registry's, the same for every face.
@@ -43,13 +53,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookline.core.endpoint import generate_secret
+from hookline.core.endpoint import Endpoint, generate_secret
 from hookline.core.endpoint_validation import validate_signature
 from hookline.core.signing import HMAC, public_key, secret_kind
 from hookline.delivery import retries
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
-from hookline.service.endpoints import EndpointSummary, require_endpoint, summarize
+from hookline.service.endpoints import (
+    EndpointSummary,
+    require_endpoint,
+    require_replacing_secrets,
+    summarize,
+)
 from hookline.store.endpoints import EndpointRegistry, Names
 from hookline.store.gates import Gate
 from hookline.store.ordering import OrderLines
@@ -77,6 +92,22 @@ class RotatedSecret:
     secret: str | None
     previous_until: list[float | None]
     public_key: str | None = None
+    repaired: bool = False
+    released: int = 0
+
+
+@dataclass(frozen=True)
+class UpdatedEndpoint:
+    """The changed endpoint; ``repaired``: a new secret replaced a sealed one that did not
+    open, and ``released`` deliveries held for it were made due now."""
+
+    summary: EndpointSummary
+    repaired: bool = False
+    released: int = 0
+
+
+#: What an answer and the audit log say of a sealed secret that did not open, replaced.
+REPAIRED = "replaced an unreadable sealed secret"
 
 
 def _new_key(secret: str | None, signature: str | None, default: str) -> tuple[str, bool]:
@@ -93,6 +124,15 @@ def _new_key(secret: str | None, signature: str | None, default: str) -> tuple[s
 def _shown_once(key: str, generated: bool) -> str | None:
     """What of a new key an answer may carry as ``secret``: a generated HMAC secret only."""
     return key if generated and secret_kind(key) == HMAC else None
+
+
+def _repair(registry: EndpointRegistry, endpoint: Endpoint, damaged: bool) -> tuple[int, str]:
+    """After a new secret replaced a damaged sealed one: the deliveries held for it made due
+    now (how many), and what the action's audit entry adds (nothing when not damaged)."""
+    if not damaged:
+        return 0, ""
+    released = retries.release_unreadable(registry, endpoint)
+    return released, f"; {REPAIRED}, {released} held deliveries due"
 
 
 def _in_scope_app(actor: Actor, app: str | None) -> str | None:
@@ -138,13 +178,18 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
                     remove_headers: Sequence[str] = (), app: str | None = None,
                     event_types: Names = None, channels: Names = None,
                     max_in_flight: int | None = None, ordered: bool | None = None,
-                    order_policy: str | None = None) -> EndpointSummary:
+                    order_policy: str | None = None) -> UpdatedEndpoint:
     """Change an endpoint (``EndpointRegistry.update``'s meanings: ``rate="none"`` removes
     the limit, ``app="none"`` takes it out of its application, 0 removes the cap). Ordering
-    turned off puts the deliveries waiting in the endpoint's lines back on the queue."""
+    turned off puts the deliveries waiting in the endpoint's lines back on the queue. A new
+    ``secret`` replaces a damaged sealed one (see the module's docstring)."""
     actor.require_act(f"update endpoint {endpoint_id}")
     registry = EndpointRegistry()
-    require_endpoint(actor, endpoint_id, registry)
+    damaged = False
+    if secret is None:
+        require_endpoint(actor, endpoint_id, registry)
+    else:
+        damaged = require_replacing_secrets(actor, endpoint_id, registry)[1]
     if actor.app_scope is not None and app is not None and app != actor.app_scope:
         raise NotFound("application", app)
     updated = registry.update(endpoint_id, url=url, secret=secret, timeout=timeout,
@@ -155,6 +200,7 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
                               order_policy=order_policy)
     if ordered is False:
         OrderLines(registry.redis).release(endpoint_id)
+    released, repair = _repair(registry, updated, damaged)
     given = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
              "rate": rate, "burst": burst, "headers": headers or None,
              "remove_headers": remove_headers or None, "app": app, "event_types": event_types,
@@ -162,9 +208,9 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
              "order_policy": order_policy}
     # The names of what changed, never a value (a secret, a header's credentials).
     audit.record(actor, "endpoint.update", endpoint_id,
-                 ", ".join(name for name, value in given.items() if value is not None),
-                 app=updated.app)
-    return summarize(updated)
+                 ", ".join(name for name, value in given.items() if value is not None)
+                 + repair, app=updated.app)
+    return UpdatedEndpoint(summary=summarize(updated), repaired=damaged, released=released)
 
 
 def remove_endpoint(actor: Actor, endpoint_id: str) -> None:
@@ -230,18 +276,21 @@ def rotate_secret(actor: Actor, endpoint_id: str, *, overlap: float | None = Non
     """A new signing key in front (of kind ``signature``; the newest key's kind when None);
     the current ones keep signing for ``overlap`` seconds (``HOOKLINE_SECRET_OVERLAP`` when
     None; 0 replaces them at once). A generated HMAC secret is in the answer only: the audit
-    entry names the new key's kind, never the key."""
+    entry names the new key's kind, never the key. A damaged sealed secret is replaced (see
+    the module's docstring): none is kept, and without ``signature`` the new key is HMAC."""
     actor.require_act(f"rotate the secret of {endpoint_id}")
     registry = EndpointRegistry()
-    current = require_endpoint(actor, endpoint_id, registry)
+    current, damaged = require_replacing_secrets(actor, endpoint_id, registry)
     newest = secret_kind(current.secrets[0]) if current.secrets else HMAC
     key, generated = _new_key(secret, signature, newest)
     rotated, new = registry.rotate_secret(endpoint_id, secret=key, overlap=overlap)
+    released, repair = _repair(registry, rotated, damaged)
     audit.record(actor, "endpoint.rotate_secret", endpoint_id,
                  ", ".join([f"signature {secret_kind(new)}",
-                            *([] if overlap is None else [f"overlap {overlap:g}s"])]),
+                            *([] if overlap is None else [f"overlap {overlap:g}s"])]) + repair,
                  app=rotated.app)
     return RotatedSecret(summary=summarize(rotated), secret=_shown_once(new, generated),
                          public_key=public_key(new),
                          previous_until=[rotated.secret_expiry.get(old)
-                                         for old in rotated.secrets[1:]])
+                                         for old in rotated.secrets[1:]],
+                         repaired=damaged, released=released)

@@ -13,7 +13,7 @@ exist or is outside ``actor.app_scope``)::
     breakers(actor) -> list[BreakerStatus]            # every endpoint's, sorted by id
     # hookline.service.endpoint_actions (mutations: ReadOnly for a read-only actor; audited):
     add_endpoint(actor, endpoint_id, url, **fields) -> AddedEndpoint   # signature=ed25519
-    update_endpoint(actor, endpoint_id, **changes) -> EndpointSummary
+    update_endpoint(actor, endpoint_id, **changes) -> UpdatedEndpoint   # .summary
     remove_endpoint(actor, endpoint_id) -> None
     pause(actor, endpoint_id) -> EndpointSummary
     resume(actor, endpoint_id) -> int                 # held deliveries made due
@@ -30,6 +30,7 @@ secret), beside ``public["secret_kinds"]`` (``hmac``, ``ed25519``), newest first
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,28 @@ def require_endpoint(actor: Actor, endpoint_id: str,
     if found is None or not actor.sees_app(found.app):
         raise not_found(actor, endpoint_id)
     return found
+
+
+def require_replacing_secrets(actor: Actor, endpoint_id: str, registry: EndpointRegistry
+                              ) -> tuple[Endpoint, bool]:
+    """:func:`require_endpoint` for an action that replaces the endpoint's signing secrets: a
+    sealed secret that does not open (damaged, copied from another endpoint or field) is no
+    refusal, since nothing of it is kept; True says it was so
+    (``EndpointRegistry.get_replacing_secrets``)."""
+    found, damaged = registry.get_replacing_secrets(endpoint_id)
+    if found is None or not actor.sees_app(found.app):
+        raise not_found(actor, endpoint_id)
+    return found, damaged
+
+
+def require_known_endpoint(endpoint_id: str, *,
+                           or_named_by: Callable[[str], int] | None = None) -> None:
+    """An operator's filter on an endpoint: ``NotFound`` ("no endpoint 'x'") unless it is
+    registered, or ``or_named_by`` finds it still named (a removed endpoint's dead letters,
+    its retries left in the schedule), so that a typo says so instead of answering nothing."""
+    if EndpointRegistry().exists(endpoint_id) or (or_named_by and or_named_by(endpoint_id)):
+        return
+    raise NotFound("endpoint", endpoint_id)
 
 
 def _scoped_app(actor: Actor, app: str | None) -> str | None:

@@ -39,10 +39,12 @@ from hookline.core.config import settings
 from hookline.core.event import recorded_id
 from hookline.delivery.replay import ReplayOutcome
 from hookline.service import dead_letters
-from hookline.service.actor import Actor
+from hookline.service.actor import Actor, NotFound
 from hookline.service.dead_letters import NotReplayable as NotReplayable  # re-exported
-from hookline.service.endpoints import require_endpoint
+from hookline.service.endpoints import require_endpoint, require_known_endpoint
+from hookline.store.apps import AppRegistry
 from hookline.store.deadletter import CONFLICT_SUFFIX
+from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.events import EventDelivery, EventView
 from hookline.store.fanouts import FanoutLog, PublishedEvent
@@ -177,7 +179,25 @@ def find_event(actor: Actor, event_id: str, *, endpoint: str | None = None,
     """What became of ``event_id``: with ``endpoint``, that endpoint's delivery; else, when
     it was published to an application (``app``, or any: a search), each receiver's; else
     every endpoint with a trace of it (a search, cut short after ``budget`` seconds when
-    given). An empty report when nothing is recorded."""
+    given). An empty report when nothing is recorded, unless the endpoint or application
+    named is not known: then ``NotFound`` says so (a typo, not an event never sent)."""
+    report = _report(actor, event_id, endpoint=endpoint, app=app, budget=budget)
+    if not report.found and actor.app_scope is None:
+        _require_known(endpoint, app)
+    return report
+
+
+def _require_known(endpoint: str | None, app: str | None) -> None:
+    """``NotFound`` for an endpoint neither registered nor named by a dead letter, or an
+    application that does not exist."""
+    if endpoint is not None:
+        require_known_endpoint(endpoint, or_named_by=DeadLetterPages().names)
+    elif app is not None and AppRegistry().get(app) is None:
+        raise NotFound("application", app)
+
+
+def _report(actor: Actor, event_id: str, *, endpoint: str | None, app: str | None,
+            budget: float | None) -> EventReport:
     event_id = recorded_id(event_id)  # an overlong id is recorded by its start and length
     if endpoint is not None and actor.app_scope is not None:
         require_endpoint(actor, endpoint)

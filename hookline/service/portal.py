@@ -8,7 +8,9 @@ Public API::
     verify(token, *, key=None, now=None) -> Grant
         # TokenRefused (reason malformed, altered, expired or revoked)
     revoke(link_id, *, actor=None) -> None      # that link, until it would have expired anyway
-    revoke_app(app_id, *, actor=None) -> float  # every link to the application issued so far
+    revoke_app(app_id, *, actor=None, removed=False) -> float
+        # every link to the application issued so far; NotFound unless it exists
+        # (removed=True: its id's links anyway, should the id be added again)
     @dataclass(frozen=True)
     class Grant:  app_id; link_id; read_only; issued_at; expires_at
                   def actor() -> Actor        # "portal:<app>", session "portal:<link id>"
@@ -42,10 +44,11 @@ from urllib.parse import quote
 from hookline.core.env import raw
 from hookline.core.errors import HooklineError
 from hookline.service import audit
-from hookline.service.actor import Actor
+from hookline.service.actor import Actor, NotFound
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.apps import AppRegistry, UnknownApplication, validate_app_id
+from hookline.transport.bounded import bounded
 
 #: The variable whose value keys the tokens (the console's key: one secret to manage).
 KEY_VARIABLE = "HOOKLINE_CONSOLE_SECRET_KEY"
@@ -153,6 +156,7 @@ def _checked_ttl(ttl: float) -> int:
     return int(ttl)
 
 
+@bounded
 def issue(app_id: str, *, ttl: float = 3600, read_only: bool = False,
           base_url: str | None = None, actor: Actor | None = None) -> PortalLink:
     """A new link to ``app_id``'s portal (the application must exist), valid ``ttl`` seconds.
@@ -233,11 +237,17 @@ def revoke(link_id: str, *, actor: Actor | None = None, redis_client: Any = None
         audit.record(actor, "portal.revoke", link_id)
 
 
-def revoke_app(app_id: str, *, actor: Actor | None = None, redis_client: Any = None) -> float:
-    """Refuse every link to ``app_id`` issued until now (later links work); returns the time."""
+def revoke_app(app_id: str, *, actor: Actor | None = None, redis_client: Any = None,
+               removed: bool = False) -> float:
+    """Refuse every link to ``app_id`` issued until now (later links work); returns the time.
+    An application that does not exist is ``NotFound`` (a typo must not read as a
+    revocation), unless ``removed`` says it was removed: its id's links are refused
+    anyway, should an application of that id be added again."""
     validate_app_id(app_id)
     now = time.time()
     client: Any = redis_client or store.client()
+    if not removed and AppRegistry(client).get(app_id) is None:
+        raise NotFound("application", app_id)
     client.set(keys.portal_revoked_app_key(app_id), repr(now), ex=MAX_TTL)
     if actor is not None:
         audit.record(actor, "portal.revoke_app", app_id, app=app_id)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from hookline.core.errors import InvalidField
 from hookline.service.actor import Actor
-from hookline.service.endpoints import all_endpoints, require_endpoint
+from hookline.service.endpoints import all_endpoints, require_endpoint, require_known_endpoint
 from hookline.service.pages import Page, bounded_limit
 from hookline.store.connection import redis_time
 from hookline.store.replay_jobs import CONTINUATIONS, ReplayJobs
@@ -196,6 +196,8 @@ def list_retries(actor: Actor, *, endpoint: str | None = None, limit: int = 100)
     schedule = RetrySchedule()
     if endpoint is not None and actor.app_scope is not None:
         require_endpoint(actor, endpoint)
+    elif endpoint is not None:  # known: registered, or a retry of it still scheduled
+        require_known_endpoint(endpoint, or_named_by=schedule.count)
     if actor.app_scope is None or endpoint is not None:
         source = schedule.scheduled(endpoint)
         retries = heapq.nsmallest(limit + 1, source, key=lambda retry: (retry.due, retry.id))

@@ -30,13 +30,14 @@ import redis
 from hookline.core.config import settings
 from hookline.core.errors import HooklineError
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
+from hookline.outbox.status import OutboxDepth, outbox_depth
 from hookline.service.actor import Actor
 from hookline.service.endpoints import EndpointSummary, all_endpoints
 from hookline.service.ordering import OrderedCounts, ordered_counts
 from hookline.service.schedule import schedule_stats
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.connection import redis_for
+from hookline.store.connection import bounded_options, redis_for
 from hookline.store.deadletter import DeadLetterQueue, DeadLetterStats
 from hookline.store.gates import BreakerStatus, Gate
 from hookline.store.schedule import ScheduleStats
@@ -84,6 +85,8 @@ class StatsSnapshot:
     redis_now: float = 0.0
     #: The ordered endpoints' lines, counted (``hookline.service.ordering.ordered_counts``).
     ordered: list[OrderedCounts] = field(default_factory=list)
+    #: The transactional outbox's depth (None: off, or a scoped actor).
+    outbox: OutboxDepth | None = None
 
     @property
     def paused(self) -> list[str]:
@@ -125,6 +128,7 @@ class Overview:
     #: How many endpoints' breakers were read for ``attention``.
     sampled: int
     redis_now: float = 0.0
+    outbox: OutboxDepth | None = None
 
 
 def needs_attention(status: BreakerStatus) -> bool:
@@ -144,8 +148,7 @@ def queue_depths() -> dict[str, int]:
                                     url=config.broker_url, cause=exc) from None
     variable = "REDIS_URL" if config.broker_is_state else "HOOKLINE_BROKER_URL"
     try:
-        broker = redis_for(config.broker_url, decode_responses=False,
-                           socket_connect_timeout=5, socket_timeout=10)
+        broker = redis_for(config.broker_url, decode_responses=False, **bounded_options())
     except ValueError as exc:
         raise BrokerUnreachable(f"{variable}: {exc}", variable=variable,
                                 url=config.broker_url, cause=exc) from None
@@ -184,8 +187,7 @@ def workers_report() -> dict[str, Any] | None:
     config = settings()
     if config.broker_amqp:
         return None
-    broker = redis_for(config.broker_url, decode_responses=False, socket_connect_timeout=5,
-                       socket_timeout=10)
+    broker = redis_for(config.broker_url, decode_responses=False, **bounded_options())
     try:
         return registry(broker)
     except redis.RedisError as exc:
@@ -234,6 +236,7 @@ def stats_snapshot(actor: Actor) -> StatsSnapshot:
         workers=None if scoped else workers_report(),
         redis_now=store.redis_time(store.client()),
         ordered=ordered_counts(actor),
+        outbox=None if scoped else outbox_depth(),
     )
 
 
@@ -280,6 +283,7 @@ def overview(actor: Actor) -> Overview:
         attention=attention,
         sampled=sampled,
         redis_now=store.redis_time(store.client()),
+        outbox=None if scoped else outbox_depth(),
     )
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import redis
 import redis.cluster
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from hookline.core.config import CLUSTER_SCHEMES, settings
 from hookline.store.keys import doorbell_key
@@ -31,6 +33,27 @@ MAX_CONNECTIONS = 4096
 
 #: Most wake-up tokens one ring pushes: more than there are idle consumers wakes nobody more.
 RING_MAX = 64
+
+#: Times a Redis call is tried again after its connection was refused or dropped, and the
+#: longest pause before one (seconds): a Redis restarting is given a moment, a Redis that is
+#: down fails the call in well under a second.
+CONNECTION_RETRIES = 2
+RETRY_PAUSE_MAX = 0.2
+
+
+def bounded_options(timeout: float | None = None) -> dict[str, Any]:
+    """The options that bound every call of a Redis client (``redis_for``): connecting and
+    each answer wait at most ``timeout`` seconds (``HOOKLINE_REDIS_TIMEOUT`` by default), and a
+    call is tried again only after a refused or dropped connection, never after a timeout: a
+    stalled Redis (a paused host, a partition) would make each try wait the whole timeout
+    again. redis-py's own default retries timeouts ten times."""
+    seconds = settings().redis_timeout if timeout is None else timeout
+    return {
+        "socket_connect_timeout": seconds,
+        "socket_timeout": seconds,
+        "retry": Retry(ExponentialBackoff(cap=RETRY_PAUSE_MAX, base=0.05), CONNECTION_RETRIES,
+                       supported_errors=(redis.ConnectionError,)),
+    }
 
 
 def ring(pipe: redis.Redis | redis.client.Pipeline, queue: str, count: int = 1) -> object:
@@ -111,7 +134,10 @@ def call_script(script: Any, keys: list[Any], args: list[Any]) -> Any:
     except redis.exceptions.ResponseError:
         free.append(connection)
         raise  # the script's own error: the connection is fine
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+    except redis.exceptions.TimeoutError:
+        connection.disconnect()
+        raise  # as script(...) would: a timeout is not tried again (bounded_options)
+    except (redis.exceptions.ConnectionError, OSError):
         connection.disconnect()
         return script(keys=keys, args=args)
     except BaseException:
@@ -134,14 +160,8 @@ def client() -> redis.Redis:
             _client = (
                 pid,
                 url,
-                redis_for(
-                    url,
-                    max_connections=MAX_CONNECTIONS,
-                    health_check_interval=30,
-                    socket_connect_timeout=5,
-                    socket_timeout=10,
-                    retry_on_timeout=True,
-                ),
+                redis_for(url, max_connections=MAX_CONNECTIONS, health_check_interval=30,
+                          **bounded_options()),
             )
         return _client[2]
 

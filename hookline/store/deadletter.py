@@ -78,6 +78,8 @@ REASONS = {
     "error": "an unexpected error in Hookline",
     "revoked": "its task was revoked (Flower, celery control revoke)",
     "conflict": "the event id was used before with another event type or payload",
+    "unpublishable": "the outbox's relay could not publish it: its application is unknown, "
+                     "or the event catalog or a schema refused it",
 }
 
 #: Suffix of the entry id of a ``conflict`` dead letter.

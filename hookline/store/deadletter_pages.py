@@ -213,6 +213,11 @@ class DeadLetterPages:
                             until=selection.until)
         return sum(len(batch) for batch in self._batches(read, selection))
 
+    def names(self, endpoint_id: str) -> bool:
+        """Whether any dead letter is of endpoint ``endpoint_id`` (its index, one ZCARD per
+        shard)."""
+        return bool(self.count(DeadLetterFilter(endpoint_id=endpoint_id)))
+
     def matching(self, selection: DeadLetterFilter,
                  endpoint_ids: Sequence[str] | None = None) -> Iterator[DeadLetter]:
         """Every matching entry, oldest first, read a step at a time."""

@@ -17,7 +17,14 @@ from dataclasses import replace
 from typing import Any
 
 from hookline.core.config import settings
-from hookline.core.endpoint import Endpoint, EndpointError, UnknownEndpoint, generate_secret
+from hookline.core.endpoint import (
+    Endpoint,
+    EndpointError,
+    SealedRecordError,
+    UnknownEndpoint,
+    generate_secret,
+    open_field,
+)
 from hookline.core.endpoint_validation import (
     check_target,
     validate_burst,
@@ -191,6 +198,31 @@ class EndpointRegistry:
         # a url are no endpoint.
         return Endpoint.from_hash(endpoint_id, data) if data.get("url") else None
 
+    def get_replacing_secrets(self, endpoint_id: str) -> tuple[Endpoint | None, bool]:
+        """The endpoint as :meth:`get` reads it, for a change that replaces its signing
+        secrets: a ``secrets`` field that does not open with the key its id names (damaged,
+        or copied from another endpoint or field) is read as no secret, and True says so.
+        A key ``HOOKLINE_ENCRYPTION_KEYS`` does not hold, or another field that does not
+        open, is refused as :meth:`get` refuses it."""
+        validate_endpoint_id(endpoint_id)
+        data = self.redis.hgetall(keys.endpoint_key(endpoint_id))
+        if not data.get("url"):
+            return None, False
+        if not damaged_secrets(endpoint_id, data):
+            return Endpoint.from_hash(endpoint_id, data), False
+        return Endpoint.from_hash(endpoint_id, {**data, "secrets": "[]"}), True
+
+    def _require_replacing_secrets(self, endpoint_id: str) -> Endpoint:
+        endpoint, _ = self.get_replacing_secrets(endpoint_id)
+        if endpoint is None:
+            raise UnknownEndpoint(endpoint_id)
+        return endpoint
+
+    def exists(self, endpoint_id: str) -> bool:
+        """Whether endpoint ``endpoint_id`` is registered (its record is not read: one whose
+        sealed fields do not open exists too)."""
+        return bool(self.redis.hexists(keys.endpoint_key(endpoint_id), "url"))
+
     def require(self, endpoint_id: str) -> Endpoint:
         endpoint = self.get(endpoint_id)
         if endpoint is None:
@@ -232,8 +264,10 @@ class EndpointRegistry:
         any case, is replaced); ``remove_headers`` names are taken out first. ``app=""`` (or
         ``"none"``) takes the endpoint out of its application, ``event_types`` /
         ``channels`` ``"none"`` (or empty) clear the filter. A new subscription applies to
-        events published after it."""
-        endpoint = self.require(endpoint_id)
+        events published after it. A new ``secret`` replaces a damaged sealed one
+        (:meth:`get_replacing_secrets`)."""
+        endpoint = (self.require(endpoint_id) if secret is None
+                    else self._require_replacing_secrets(endpoint_id))
         changes: dict[str, Any] = {"updated_at": time.time()}
         if event_types is not None or channels is not None:
             filters, listened = validate_subscription(event_types, channels)
@@ -286,8 +320,10 @@ class EndpointRegistry:
                       overlap: float | None = None) -> tuple[Endpoint, str]:
         """Add a new signing secret (generated unless given) in front of the others; the old
         ones keep signing for ``overlap`` seconds (``HOOKLINE_SECRET_OVERLAP``), then drop.
-        Secrets already expired are removed now. Returns the endpoint and the new secret."""
-        endpoint = self.require(endpoint_id)
+        Secrets already expired are removed now, and a damaged sealed one is replaced
+        (:meth:`get_replacing_secrets`: nothing of it to keep). Returns the endpoint and the
+        new secret."""
+        endpoint = self._require_replacing_secrets(endpoint_id)
         new = validate_secret(secret) if secret else generate_secret()
         if new in endpoint.secrets:
             raise EndpointError("that secret is already one of the endpoint's secrets")
@@ -376,6 +412,16 @@ def check_ordered(ordered: bool) -> bool:
                             "(HOOKLINE_BROKER_URL unset or equal to REDIS_URL): its deliveries "
                             "wait in lines there, one key at a time", "ordered")
     return bool(ordered)
+
+
+def damaged_secrets(endpoint_id: str, data: Mapping[str, str]) -> bool:
+    """Whether the stored ``secrets`` field of an endpoint does not open with the key its id
+    names (damaged, or copied from another endpoint or field): not a missing key."""
+    try:
+        open_field(endpoint_id, "secrets", data.get("secrets") or "[]")
+    except SealedRecordError as exc:
+        return not exc.missing_key
+    return False
 
 
 def registered_ids(redis_client: Any) -> list[str]:

@@ -157,7 +157,8 @@ class Gate:
         if self._release_dead is None:
             self._release_dead = self.redis.register_script(store.load_script("release_dead"))
         return bool(self._release_dead(
-            keys=[keys.delivery_key(endpoint_id, event_id), keys.endpoint_key(endpoint_id)],
+            keys=[keys.delivery_key(endpoint_id, event_id), keys.endpoint_key(endpoint_id),
+                  keys.leases_key(endpoint_id)],
             args=[prefix]))
 
     def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
@@ -168,7 +169,7 @@ class Gate:
         reply = store.call_script(
             self._admit,
             keys=[*_keys(endpoint_id, event_id), keys.done_key(endpoint_id, event_id),
-                  keys.digest_key(endpoint_id, event_id),
+                  keys.digest_key(endpoint_id, event_id), keys.leases_key(endpoint_id),
                   # an ordered key's line moves on a duplicate head (one slot otherwise)
                   *([_DELIVERY_DOORBELL] if config.broker_is_state else [])],
             args=[
@@ -241,6 +242,7 @@ class Gate:
         held, transition, fenced = store.call_script(
             self._settle,
             keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
+                  keys.leases_key(endpoint_id),
                   # the doorbell only where the broker is this Redis (one slot otherwise)
                   _DELIVERY_DOORBELL if config.broker_is_state
                   else keys.endpoint_key(endpoint_id),

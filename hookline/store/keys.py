@@ -22,11 +22,9 @@ ENDPOINT_INDEX = "hookline:endpoints"
 #: and remove): what ``hookline stats`` and the metrics read the lines of, without reading every
 #: endpoint. One key: an ordered endpoint needs the broker on Hookline's Redis, never a cluster.
 ORDERED_ENDPOINTS = "hookline:ordered_endpoints"
-#: The broker's doorbells, one per queue (:func:`doorbell_key`): lists of wake-up tokens, one
-#: pushed with every message pushed onto the queue; an idle consumer blocks on its queues'
-#: doorbells (BLMPOP), so each token wakes exactly one consumer of that queue
-#: (hookline/transport/redis.py). Lists, not the one stream ``hookline:broker:doorbell`` of Hookline
-#: 0.2.0, which a worker of that version still rings and this one no longer reads.
+#: The broker's doorbells, one list of wake-up tokens per queue (:func:`doorbell_key`), one
+#: token pushed per message; an idle consumer blocks on them (BLMPOP), so a token wakes one
+#: consumer of the queue (hookline/transport/redis.py; Hookline 0.2.0's stream is not read).
 DOORBELL_KEY = "hookline:broker:tokens"
 
 
@@ -66,6 +64,11 @@ def endpoint_key(endpoint_id: str) -> str:
     return f"hookline:{{{endpoint_id}}}:endpoint"
 
 
+def leases_key(endpoint_id: str) -> str:
+    """Attempts in flight: token -> end of its lease, ms (``hookline.store.leases``)."""
+    return f"hookline:{{{endpoint_id}}}:leases"
+
+
 def delivery_key(endpoint_id: str, event_id: str) -> str:
     """One event's delivery state at one endpoint, in one string (``hookline.store.delivery``):
     the content digest the event id is bound to, the done marker, the in-flight lease, the
@@ -99,15 +102,12 @@ def breaker_key(endpoint_id: str) -> str:
 
 
 def old_breaker_key(endpoint_id: str) -> str:
-    """Where Hookline 0.2 kept the breaker, limiter and (this version's first cut) the recent
-    record: no longer read (an upgrade starts every breaker closed); deleted with the
-    endpoint."""
+    """Hookline 0.2's breaker and limiter: no longer read; deleted with the endpoint."""
     return f"hookline:{{{endpoint_id}}}:breaker"
 
 
 def rate_key(endpoint_id: str) -> str:
-    """Where Hookline 0.2.0 kept the rate limiter (now in :func:`breaker_key`'s hash); still
-    deleted with the endpoint, and expires on its own."""
+    """Hookline 0.2.0's rate limiter: no longer read; deleted with the endpoint."""
     return f"hookline:{{{endpoint_id}}}:rate"
 
 
@@ -119,9 +119,8 @@ def history_key(endpoint_id: str, event_id: str) -> str:
 
 
 def recent_key(endpoint_id: str) -> str:
-    """Where Hookline 0.2 kept an endpoint's recent outcomes and last error (now fields of
-    :func:`breaker_key`'s hash, which settle reads anyway); read when the breaker hash has
-    none, deleted with the endpoint."""
+    """Hookline 0.2's recent outcomes (now in :func:`breaker_key`'s hash): read when that
+    has none, deleted with the endpoint."""
     return f"hookline:{{{endpoint_id}}}:recent"
 
 
@@ -166,7 +165,8 @@ def order_line_key(endpoint_id: str, ordering_key: str) -> str:
 def endpoint_owned_keys(endpoint_id: str) -> list[str]:
     """The keys that die with an endpoint (``endpoint remove``): one slot, one DEL."""
     return [endpoint_key(endpoint_id), old_breaker_key(endpoint_id), rate_key(endpoint_id),
-            recent_key(endpoint_id), order_heads_key(endpoint_id), order_seq_key(endpoint_id)]
+            recent_key(endpoint_id), order_heads_key(endpoint_id), order_seq_key(endpoint_id),
+            leases_key(endpoint_id)]
 
 
 # -- applications (hash tag: ``app:<app id>``) ----------------------------------------------

@@ -280,11 +280,13 @@ class RetrySchedule:
         """Block until a retry due sooner than all others is parked, or ``timeout`` passes.
         With several shards this watches one shard's wake list per call, in turn (a blocking
         pop cannot span a cluster's slots): a retry parked due sooner in another shard is
-        released at most ``timeout`` late."""
+        released at most ``timeout`` late. The block lasts at most half of
+        ``HOOKLINE_REDIS_TIMEOUT``: the client waits no longer than that for the answer."""
         if timeout <= 0:
             return
         shard = self.shards[next(self._woken)]
-        self.redis.blpop([shard.wake], timeout=max(0.01, timeout))
+        block = min(timeout, settings().redis_timeout / 2)
+        self.redis.blpop([shard.wake], timeout=max(0.01, block))
 
     def stats(self) -> ScheduleStats:
         total, oldest = 0, None
@@ -306,6 +308,10 @@ class RetrySchedule:
             oldest_due=oldest,
             lag=max(0.0, now - oldest) if oldest is not None else 0.0,
         )
+
+    def count(self, endpoint_id: str) -> int:
+        """How many retries of ``endpoint_id`` are scheduled (park.lua's count)."""
+        return int(self.redis.hget(self.shard_of(endpoint_id).counts, endpoint_id) or 0)
 
     def scheduled(self, endpoint_id: str | None = None) -> Iterator[ScheduledRetry]:
         """Scheduled retries (of one endpoint), in no particular order.
@@ -355,23 +361,25 @@ class RetrySchedule:
             self.redis.sadd(index, *ids[start:start + PAGE])
 
     def make_due(self, endpoint_id: str, *, parked_after: int, shift: int, now: int,
-                 spacing: int = 0) -> int:
+                 spacing: int = 0, due_before: int | None = None) -> int:
         """Bring back the endpoint's retries due at or after ``parked_after`` (ms of Redis
-        time): resume's step for the deliveries a pause parked (due a pause-park after they
-        were parked). With no ``spacing`` each is brought forward by ``shift`` ms, to the
-        moment it was parked: in the past, in the order they came in. With ``spacing`` (ms:
-        the endpoint's rate interval) they are due from ``now`` one every ``spacing`` ms, in
-        that order, so the rate limit takes each in turn instead of deferring a burst (which
-        could let a later one overtake an earlier one). A retry released or dropped meanwhile
-        is left alone (ZADD XX). Returns how many were brought back."""
+        time; and before ``due_before`` when given): resume's step for the deliveries a pause
+        parked (due a pause-park after they were parked), and a secrets repair's. With no
+        ``spacing`` each is brought forward by ``shift`` ms, to the moment it was parked: in
+        the past, in the order they came in. With ``spacing`` (ms: the endpoint's rate
+        interval) they are due from ``now`` one every ``spacing`` ms, in that order, so the
+        rate limit takes each in turn instead of deferring a burst (which could let a later
+        one overtake an earlier one). A retry released or dropped meanwhile is left alone
+        (ZADD XX). Returns how many were brought back."""
         self._complete_index(endpoint_id)
         shard = self.shard_of(endpoint_id)
         held: list[tuple[int, str]] = []
+        until = math.inf if due_before is None else due_before
         for page in pages(iter(self.redis.sscan_iter(shard.by_endpoint(endpoint_id),
                                                       count=PAGE))):
             dues = self.redis.zmscore(shard.due, page)
             held += [(int(due), retry_id) for retry_id, due in zip(page, dues, strict=True)
-                     if due is not None and due >= parked_after]
+                     if due is not None and parked_after <= due < until]
         held.sort()
         for start in range(0, len(held), PAGE):
             self.redis.zadd(shard.due, {

@@ -18,7 +18,12 @@ from time import monotonic
 from typing import Any
 
 import redis
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 
 from hookline.core import sentinel
 from hookline.core.config import ConfigError, settings
@@ -46,9 +51,36 @@ def follow(pool: SentinelConnectionPool) -> tuple[str, int] | None:
         return None  # no Sentinel answers now: the next connection asks again, and says so
 
 
+class WholeReplyConnection(SentinelManagedConnection):
+    """redis-py's Sentinel connection that closes itself when a reply cannot be read whole
+    (a timeout, a dropped socket), as its plain connection does.
+
+    redis-py's Sentinel connection keeps its socket open on such an error unless the caller
+    asks otherwise, and its client closes the connection only before trying a call again.
+    Hookline never tries a timed-out call again (``bounded_options``), so after a stalled
+    master answered late, the pooled connection held the late reply, and the next command on
+    it read that reply as its own: the soak's Sentinel run saw verdicts, due times and scripts'
+    replies crossed after a 10 s pause."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("disconnect_on_error", True)
+        return super().read_response(*args, **kwargs)
+
+
+class WholeReplySSLConnection(WholeReplyConnection, SentinelManagedSSLConnection):
+    """:class:`WholeReplyConnection` over TLS (a ``rediss`` master)."""
+
+
 class FollowingPool(SentinelConnectionPool):
     """redis-py's Sentinel pool that checks, as a connection is taken, that the master is
-    still where it was (see :func:`follow`)."""
+    still where it was (see :func:`follow`), on connections that leave no reply behind
+    (:class:`WholeReplyConnection`)."""
+
+    def __init__(self, service_name: str, sentinel_manager: Any, **kwargs: Any) -> None:
+        if "connection_class" not in kwargs:
+            kwargs["connection_class"] = (WholeReplySSLConnection if kwargs.pop("ssl", False)
+                                          else WholeReplyConnection)
+        super().__init__(service_name, sentinel_manager, **kwargs)
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         follow(self)

@@ -11,6 +11,7 @@ Hookline's ``AMQP`` (``amqp.py``), so what it puts on the wire is what the worke
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from celery import Celery
 
@@ -19,6 +20,22 @@ from hookline.transport.amqp import AMQP_CLASS, SENTINEL_TRANSPORT, TRANSPORT
 
 _lock = threading.Lock()
 _app: tuple[Settings, Celery] | None = None
+
+
+class PublishingApp(Celery):
+    """Celery's app, less the search for a result backend when there is none to find.
+
+    Hookline keeps no task results (``result_backend = None``), so the backend is Celery's
+    ``DisabledBackend``; Celery finds that out by reading the entry points of every installed
+    distribution (``celery.result_backends``), some 20 ms of a web process's first send. This
+    app answers ``DisabledBackend`` at once when no backend is configured, as Celery would."""
+
+    def _get_backend(self) -> Any:
+        if self.backend_cls is None and self.conf.result_backend is None:
+            from celery.backends.base import DisabledBackend
+
+            return DisabledBackend(app=self, url=None)
+        return super()._get_backend()
 
 
 def celery_app() -> Celery:
@@ -33,7 +50,8 @@ def celery_app() -> Celery:
         if _app is None or _app[0] is not config:
             from hookline.transport import celery_settings
 
-            built = Celery("hookline", set_as_current=False, fixups=[], amqp=AMQP_CLASS)
+            built = PublishingApp("hookline", set_as_current=False, fixups=[],
+                                  amqp=AMQP_CLASS)
             built.config_from_object(celery_settings)
             built.conf.update(celery_settings.broker_settings(config))
             # The previous app is dropped, not closed: its connection pool is kombu's pool for

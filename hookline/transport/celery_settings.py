@@ -23,6 +23,11 @@ from hookline.core.variables import celery_worker_settings
 from hookline.store.connection import MAX_CONNECTIONS
 from hookline.transport import compat
 from hookline.transport.amqp import SENTINEL_TRANSPORT, TRANSPORT
+from hookline.transport.bounded import publish_retry_policy
+
+#: RabbitMQ's publish retries: for a few seconds when the broker blips.
+AMQP_PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.5,
+                             "interval_max": 2}
 
 
 def hookline_queues(config: Settings) -> tuple[Queue, ...]:
@@ -52,6 +57,11 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         # kombu's pool of the acknowledging and publishing connections (its default is 10):
         # a worker's 512 slots may all acknowledge at once (hookline/store/connection.py).
         "max_connections": MAX_CONNECTIONS,
+        # kombu makes its own Redis clients: bounded as Hookline's are (HOOKLINE_REDIS_TIMEOUT),
+        # so a publish or an acknowledgement on a stalled Redis fails instead of hanging. The
+        # consumer's blocking wait on the doorbell (1 s) is read when it is answered.
+        "socket_connect_timeout": config.redis_timeout,
+        "socket_timeout": config.redis_timeout,
     }
     values: dict[str, Any] = {
         "broker_url": config.broker_url,
@@ -64,6 +74,9 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         "task_queues": hookline_queues(config),
         "task_default_queue_type": "quorum" if broker_is_amqp(config.broker_url) else "classic",
         "task_send_sent_event": config.task_sent_events,
+        # A refused connection is tried again twice within half a second, a timeout never:
+        # a publish fails within HOOKLINE_REDIS_TIMEOUT (hookline/transport/bounded.py).
+        "task_publish_retry_policy": publish_retry_policy(),
     }
     if broker_is_amqp(config.broker_url):
         # RabbitMQ: publisher confirms, so a publish (send_webhook, a released retry: both
@@ -78,6 +91,7 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
         # lock, and the worker stops (seen here within seconds of a burst). Dead connections
         # are found by TCP keepalive instead (py-amqp turns it on: ~2.5 min).
         values["broker_heartbeat"] = 0
+        values["task_publish_retry_policy"] = AMQP_PUBLISH_RETRY_POLICY
         return values
     if config.broker_url.startswith(("redis://", "rediss://", "unix://")):
         _use_transport(values, TRANSPORT, "Redis", stacklevel=3)
@@ -95,7 +109,8 @@ def sentinel_broker_settings(config: Settings, options: dict[str, Any]) -> dict[
     options["master_name"] = config.sentinel_master
     options[sentinel.SENTINELS_OPTION] = [list(pair) for pair in address.sentinels]
     # Connections to the Sentinels themselves: bounded, and with their own password if any.
-    options["sentinel_kwargs"] = {"socket_connect_timeout": 5, "socket_timeout": 5}
+    options["sentinel_kwargs"] = {"socket_connect_timeout": config.redis_timeout,
+                                  "socket_timeout": config.redis_timeout}
     if config.sentinel_password:
         options["sentinel_kwargs"]["password"] = config.sentinel_password
     values: dict[str, Any] = {"broker_url": url, "broker_read_url": url,
@@ -111,7 +126,7 @@ def _use_transport(values: dict[str, Any], transport: str, kind: str, *,
     start then (hookline/worker/boot.py), and a publisher goes on with kombu's stock
     ``kind`` transport, which loses only the doorbell's prompt wake-up (warned, pointing at
     ``stacklevel``)."""
-    unsupported = compat.problems(versions_only=True)
+    unsupported = compat.problems(compat.imported_versions(), versions_only=True)
     if unsupported:
         warnings.warn("hookline: " + "; ".join(unsupported) + ": publishing with kombu's "
                       f"stock {kind} transport", RuntimeWarning, stacklevel=stacklevel)
@@ -175,12 +190,13 @@ worker_prefetch_multiplier = _worker["worker_prefetch_multiplier"]
 # prefetch is one per slot); hookline/core/config.py checks that. Retries never wait in the
 # broker (they wait in Hookline's retry schedule), so no countdown has to fit inside it.
 broker_transport_options = _broker["broker_transport_options"]
-# Retry publishing (a first delivery or a retry) for a few seconds when Redis blips, instead of
-# failing at once; past that the caller gets the error (send_webhook) or the event is
-# dead-lettered (a retry that cannot be published).
+# Retry publishing (a first delivery, a fan-out) when the connection to the broker was refused
+# or dropped, briefly: on a Redis broker twice within half a second and never after a timeout
+# (HOOKLINE_REDIS_TIMEOUT bounds the whole publish, hookline/transport/bounded.py); on RabbitMQ
+# for a few seconds. Past that the caller gets the error (send_webhook: RedisUnavailable) or
+# the task that published is retried.
 task_publish_retry = True
-task_publish_retry_policy = {"max_retries": 3, "interval_start": 0, "interval_step": 0.5,
-                             "interval_max": 2}
+task_publish_retry_policy = _broker["task_publish_retry_policy"]
 broker_connection_retry_on_startup = True
 
 # Webhook sending is I/O-bound: a thread pool keeps one worker process busy with many

@@ -65,6 +65,8 @@ REQUIRED_NAMES = {
     "celery.app.events:Events": ("dispatcher_cls",),
     "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send", "extend_buffer"),
     "kombu.connection:Connection": ("resolve_aliases",),
+    # The publishing app's backend, found without reading entry points (transport/app.py).
+    "celery.app.base:Celery": ("_get_backend", "backend_cls"),
 }
 
 
@@ -117,6 +119,20 @@ def _installed(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def imported_versions() -> dict[str, str]:
+    """The versions of celery, kombu and billiard as the imported modules give them
+    (``__version__``), for :func:`problems` in a publishing process, which has imported
+    all three: reading them from the installed distributions' metadata instead parses three
+    METADATA files, a few percent of a web process's first send. A worker's check
+    (:func:`require_supported`) reads the installed distributions."""
+    import billiard
+    import celery
+    import kombu
+
+    return {"celery": str(celery.__version__), "kombu": str(kombu.__version__),
+            "billiard": str(billiard.__version__)}
 
 
 def _missing_names() -> list[str]:

@@ -24,7 +24,8 @@ from hookline.store.fanouts import PublishedEvent
 
 def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: dict[str, Any],
                   retries: int, queue: str, parent_id: str | None = None,
-                  root_id: str | None = None, argsrepr: str | None = None) -> str:
+                  root_id: str | None = None, argsrepr: str | None = None,
+                  headers: dict[str, Any] | None = None) -> str:
     """The message kombu's Redis transport would push for this task onto ``queue``, as JSON.
 
     Built with Celery's own ``create_task_message`` and the envelope kombu's virtual channel
@@ -33,18 +34,19 @@ def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: 
     task. Built here rather than through a producer: no broker connection is needed, so a
     retry can be built (and parked) without one.
     """
-    headers, properties, body, _ = app.amqp.create_task_message(
+    made, properties, body, _ = app.amqp.create_task_message(
         task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
         argsrepr=argsrepr,
     )
     if task_name == TASK_NAME:
-        headers.update(delivery_headers(args, kwargs, task_id))
+        made.update(delivery_headers(args, kwargs, task_id))
+    made.update(headers or {})
     content_type, content_encoding, data = serialize(body, serializer="json")
     message = {
         "body": bytes_to_str(base64.b64encode(str_to_bytes(data))),
         "content-encoding": content_encoding,
         "content-type": content_type,
-        "headers": headers,
+        "headers": made,
         "properties": {
             **properties,
             "delivery_mode": 2,

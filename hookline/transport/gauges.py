@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -181,8 +181,8 @@ def broker_client_for(config: Settings, state: Any) -> Any:
         return RabbitBroker()
     if config.broker_is_state:
         return state
-    return store.redis_for(config.broker_url, decode_responses=False, socket_timeout=5,
-                           socket_connect_timeout=5)
+    return store.redis_for(config.broker_url, decode_responses=False,
+                           **store.bounded_options())
 
 
 def queue_lengths(broker: Any) -> list[int] | None:
@@ -266,12 +266,16 @@ def _served(sample: Sample, registered: frozenset[str] | None) -> bool:
             or endpoint_id in (metrics.UNKNOWN, metrics.OTHER) or endpoint_id in registered)
 
 
-def registry(*, engine: bool = True, gauges: bool = False) -> CollectorRegistry:
+def registry(*, engine: bool = True, gauges: bool = False,
+             collectors: Sequence[Collector] = ()) -> CollectorRegistry:
     """What a metrics server serves: with ``engine`` this process's counters and histograms
-    (or every pool process's, in multiprocess mode), with ``gauges`` the Redis gauges."""
+    (or every pool process's, in multiprocess mode), with ``gauges`` the Redis gauges, and
+    ``collectors`` (the outbox's gauges, from a layer above)."""
     served = CollectorRegistry()
     if gauges:
         served.register(RedisStateCollector())
+    for collector in collectors:
+        served.register(collector)
     if engine and multiprocess_dir():
         served.register(EngineCollector(MultiProcessCollector(None)))
         ProcessCollector(registry=served)
@@ -281,11 +285,12 @@ def registry(*, engine: bool = True, gauges: bool = False) -> CollectorRegistry:
 
 
 def start_server(port: int, *, engine: bool = True, gauges: bool = False,
-                 addr: str | None = None) -> Any:
+                 addr: str | None = None, collectors: Sequence[Collector] = ()) -> Any:
     """Serve ``/metrics`` on ``addr`` (default ``HOOKLINE_METRICS_ADDRESS``) and ``port``
     from a daemon thread; returns the server (call its ``shutdown()`` to stop). Raises
     OSError when the port is taken or the address is not this host's."""
     address = settings().metrics_address if addr is None else addr
     server, _thread = start_http_server(port, addr=address,
-                                        registry=registry(engine=engine, gauges=gauges))
+                                        registry=registry(engine=engine, gauges=gauges,
+                                                          collectors=collectors))
     return server

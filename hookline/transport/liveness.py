@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hookline.core.logs import log_event
-from hookline.store.connection import load_script, redis_for
+from hookline.store.connection import bounded_options, load_script, redis_for
 from hookline.store.keys import (
     WORKERS_CLOCK_KEY,
     WORKERS_DEAD_KEY,
@@ -124,6 +124,11 @@ class Liveness:
         #: the latest beat's view: slots of all live processes, how many are live
         self.total_slots = slots
         self.live = 1
+        #: Set when Redis is back after beats failed, or the registration was lost with its
+        #: data (fenced): the counts Redis keeps for this process need mending
+        #: (hookline.worker.reconciler waits on it).
+        self.resumed = threading.Event()
+        self._failing = False
 
     # -- the registration --------------------------------------------------------------------
 
@@ -200,8 +205,13 @@ class Liveness:
             try:
                 self.beat()
             except Exception as exc:  # Redis away: try again next interval
+                self._failing = True
                 log_event("worker.heartbeat_failed", level=logging.WARNING,
                           error=type(exc).__name__)
+            else:
+                if self._failing:
+                    self._failing = False
+                    self.resumed.set()
 
     def beat(self) -> None:
         """One heartbeat: register if not yet, learn of a fencing, restore dead processes'
@@ -236,6 +246,7 @@ class Liveness:
         self._registration = Registration(secrets.token_hex(8), old.generation + 1)
         self._registered = False
         self._beat_at = 0.0
+        self.resumed.set()
         log_event("worker.fenced", level=logging.WARNING, token=old.token,
                   new_token=self._registration.token,
                   detail="no longer registered (declared dead after a pause, or the registry "
@@ -314,8 +325,7 @@ def process_liveness(*, slots: int = 0, create: bool = True) -> Liveness | None:
         if entry is not None and entry[0] == os.getpid():
             return entry[1]
         config = settings()
-        client = redis_for(config.broker_url, decode_responses=False, socket_timeout=5,
-                           socket_connect_timeout=5)
+        client = redis_for(config.broker_url, decode_responses=False, **bounded_options())
         liveness = Liveness(client, interval=config.heartbeat_interval,
                             window=config.liveness_window, slots=max(1, slots))
         _process = (os.getpid(), liveness)

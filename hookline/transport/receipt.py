@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 from kombu.utils.json import dumps, loads
 
 from hookline.store.connection import load_script
-from hookline.store.keys import FAIR_WAITING_KEY, doorbell_key, endpoint_key, fair_waiting_key
+from hookline.store.keys import (
+    FAIR_WAITING_KEY,
+    doorbell_key,
+    endpoint_key,
+    fair_waiting_key,
+    leases_key,
+)
 from hookline.transport.records import member_owner, parse_member
 
 if TYPE_CHECKING:
@@ -149,9 +155,10 @@ def wait_for_share(delivery_tag: Any, endpoint_id: str) -> bool:
     payload["properties"]["delivery_tag"] = uuid.uuid4().hex
     entry = f"{channel._q_for_pri(queues[0], priority)}\n{dumps(payload)}"
     with channel.conn_or_acquire() as client:
-        client.eval(_WAIT_SHARE, 5, qos.records_key, fair_waiting_key(endpoint_id),
+        client.eval(_WAIT_SHARE, 6, qos.records_key, fair_waiting_key(endpoint_id),
                     FAIR_WAITING_KEY, endpoint_key(endpoint_id),
-                    doorbell_key(queues[0]), member, entry, endpoint_id)
+                    doorbell_key(queues[0]), leases_key(endpoint_id), member, entry,
+                    endpoint_id)
     # moved, or gone (restored elsewhere): nothing left to acknowledge, not parked here
     qos.mark_settled(delivery_tag)
     return True

@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 from time import monotonic, time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
@@ -51,24 +51,29 @@ from kombu.utils.json import loads
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from hookline.core import metrics
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.core.messages import QUEUES
 from hookline.store.connection import load_script
 from hookline.store.keys import (
     FAIR_WAITING_KEY,
+    SCHEDULE_KEYS,
+    WAKE_KEY,
     breaker_key,
     doorbell_key,
     fair_waiting_key,
+    leases_key,
     schedule_endpoint_key,
 )
-from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
-from hookline.transport.liveness import Liveness, process_liveness
-from hookline.transport.malformed import dead_letter_text
 from hookline.transport.push import PushingChannel
-from hookline.transport.records import parse_member
 from hookline.transport.unacked import QoS
+
+if TYPE_CHECKING:
+    from hookline.transport.liveness import Liveness
+
+# A process that only publishes (a web process's send_webhook) loads this module as its
+# broker transport, but never consumes: what only consuming needs (the unacked records, the
+# liveness heartbeats, the dead-letter queue, the metrics) is imported where it is used.
 
 _CONSUME = load_script("consume")
 _CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
@@ -96,6 +101,8 @@ Parked = tuple[str, str, str, str, float]
 def _parked(entries: list[Any]) -> list[Parked]:
     """Log and count the deliveries consume.lua parked for held endpoints: each is a deferral,
     the same as a worker would have logged."""
+    from hookline.core import metrics
+
     parked = []
     for entry in entries:
         endpoint_id, event_id, reason, countdown_ms, task_id = loads(bytes_to_str(entry))
@@ -214,7 +221,8 @@ class Channel(PushingChannel):
                        repr(time()), "1" if park_held else "0", config.schedule_max,
                        config.schedule_max_per_endpoint, PARK_BATCH, len(keys),
                        self._batch(), live.current().token if live is not None else "",
-                       slots, dig_above, "1" if self._fair_look else "0", *endpoints]
+                       slots, dig_above, "1" if self._fair_look else "0",
+                       config.retry_policy.max_age, *endpoints]
         self._in_poll = connection
         # Read by kombu 5.7's check of the consuming connection; unused by kombu 5.6.
         self._brpop_sent_at = monotonic()  # type: ignore[assignment, unused-ignore]
@@ -278,7 +286,7 @@ class Channel(PushingChannel):
                 del self._endpoints[next(iter(self._endpoints))]
             self._endpoint_keys = [key for endpoint in self._endpoints for key in
                                    (breaker_key(endpoint), schedule_endpoint_key(endpoint),
-                                    fair_waiting_key(endpoint))]
+                                    fair_waiting_key(endpoint), leases_key(endpoint))]
             raise kombu_redis.Empty()
         # 'bad'
         self._drop_bad_item(bytes_to_str(reply[2]), bytes_to_str(reply[3]))
@@ -301,6 +309,8 @@ class Channel(PushingChannel):
         visibility timeout)."""
         if self.global_keyprefix or not _HOOKLINE_QUEUES.intersection(self.active_queues):
             return None  # (a `celery inspect` waiting for replies is no worker)
+        from hookline.transport.liveness import process_liveness
+
         slots = self.qos.prefetch_count or 1
         live = process_liveness(slots=slots)
         if live is not None:
@@ -324,6 +334,8 @@ class Channel(PushingChannel):
         fail, the ones after it go back on their queue at once rather than wait for the
         visibility timeout. ``last``: the queues ran empty after them (consume.lua emptied
         the doorbells), so the next wait can block at once."""
+        from hookline.transport.records import parse_member
+
         messages = []
         for key, member in zip(taken[::2], taken[1::2], strict=True):
             # The member is kept as Redis sent it: the acknowledgement removes these bytes.
@@ -351,6 +363,8 @@ class Channel(PushingChannel):
         return True
 
     def _brpop_read_stock(self, **options: Any) -> Any:
+        from hookline.transport.malformed import dead_letter_text
+
         try:
             return super()._brpop_read(**options)
         except json.JSONDecodeError as exc:
@@ -363,6 +377,8 @@ class Channel(PushingChannel):
             client.script_load(_CONSUME)
 
     def _drop_bad_item(self, key: str, item: str) -> None:
+        from hookline.transport.malformed import dead_letter_text
+
         digest = hashlib.sha1(item.encode("utf-8", "replace")).hexdigest()[:20]
         # Kept first, then removed: a worker dying in between leaves it on the list, to be
         # kept again (same id, so the same dead letter) by the next consumer.

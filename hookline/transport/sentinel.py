@@ -13,7 +13,12 @@ from redis.sentinel import Sentinel
 
 from hookline.core.sentinel import SENTINELS_OPTION
 from hookline.store.replication import wait_command, wait_for_replicas
-from hookline.store.sentinel import FollowingPool, follow
+from hookline.store.sentinel import (
+    FollowingPool,
+    WholeReplyConnection,
+    WholeReplySSLConnection,
+    follow,
+)
 from hookline.transport.redis import Channel, Transport
 
 
@@ -37,6 +42,11 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     Publishing waits for ``HOOKLINE_REDIS_WAIT_REPLICAS`` replicas (Redis ``WAIT``, see
     ``hookline/store/replication.py``), so that a published event survives a failover."""
 
+    #: Connections that close when a reply cannot be read whole, so that a late reply from
+    #: a stalled master is never read by the next command (``hookline/store/sentinel.py``).
+    connection_class = WholeReplyConnection
+    #: (kombu declares its own TLS Sentinel class, which this one matches)
+    connection_class_ssl = WholeReplySSLConnection  # type: ignore[assignment]
     #: The Sentinels, ``[[host, port], ...]`` (celery_settings puts them in the transport
     #: options; kombu's own way, a ``;`` list of URLs, loses the transport on a failover).
     from_transport_options = (  # type: ignore[assignment]

@@ -73,6 +73,15 @@ class _Removed:
 REAP_BATCH = 2000
 
 
+def _orphaned() -> None:
+    """A record this process no channel holds any more: its next beat looks for it."""
+    from hookline.transport.liveness import process_liveness
+
+    live = process_liveness(create=False)
+    if live is not None:
+        live.orphaned = True
+
+
 def _live_owners(client: Any) -> set[str]:
     return {bytes_to_str(token) for token in client.zrange(WORKERS_LIVE_KEY, 0, -1)}
 
@@ -251,8 +260,19 @@ class QoS(kombu_redis.QoS):
         if member is None:
             super().restore_by_tag(tag, client, leftmost)
             return
-        with self.channel.conn_or_acquire(client) as conn:
-            self.restore_member(conn, member, leftmost=leftmost)
+        try:
+            with self.channel.conn_or_acquire(client) as conn:
+                self.restore_member(conn, member, leftmost=leftmost)
+        except RedisError:
+            # Redis did not answer (paused, cut off): the record stays. Held by no channel
+            # from now on, it is this process's heartbeat's to restore (Liveness.orphaned);
+            # kept in this channel's maps it would stay held for as long as the channel
+            # lives (the soak saw two such events come back only when their worker died).
+            self._forget(bytes_to_str(tag))
+            self._delivered.pop(bytes_to_str(tag), None)
+            self.room_freed()
+            _orphaned()
+            raise
         self._forget(bytes_to_str(tag))
 
     def _forget(self, tag: str) -> None:

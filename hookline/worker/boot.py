@@ -22,7 +22,7 @@ from celery.signals import (
 )
 from celery.utils.log import get_multiprocessing_logger
 
-from hookline.core.config import settings
+from hookline.core.config import ConfigError, settings
 from hookline.core.logs import configure_worker_logging, log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.transport import compat
@@ -129,6 +129,57 @@ def _start_releaser(sender: Any = None, **_: object) -> None:
         _releaser = Releaser(queue=RETRY_QUEUE).start()
 
 
+_reconciler: Any = None
+
+
+@worker_ready.connect
+def _start_reconciler(sender: Any = None, **_: object) -> None:
+    """Every worker mends the in-flight counts Redis keeps for it (hookline.worker.reconciler):
+    after Redis comes back, and on a periodic sweep."""
+    global _reconciler
+    if not _ours(sender):
+        return
+    from hookline.store import connection as store
+    from hookline.store.keys import FAIR_WAITING_KEY
+    from hookline.store.leases import Leases
+    from hookline.worker.reconciler import Reconciler
+
+    config = settings()
+    client = store.client()
+    waiting = ((lambda: {str(e) for e in client.smembers(FAIR_WAITING_KEY)})
+               if config.broker_is_state else None)
+    _reconciler = Reconciler(Leases(client), interval=config.reconcile_interval,
+                             waiting=waiting).start()
+
+
+_relay: Any = None
+
+
+@worker_init.connect
+def _find_outbox(sender: Any = None, **_: object) -> None:
+    """With ``HOOKLINE_OUTBOX=on`` every worker runs the outbox's relay (hookline.outbox.relay)
+    once ready, reading the database ``HOOKLINE_OUTBOX_URL`` names, else the Django project's
+    of ``DJANGO_SETTINGS_MODULE``. Relays are safe side by side. With neither set (or a driver
+    missing) the worker refuses to start, saying why: the rows would wait for nobody."""
+    global _relay
+    if not _ours(sender) or not settings().outbox:
+        return
+    from hookline.outbox.relay import relay_from_settings
+
+    try:
+        _relay = relay_from_settings(settings())
+    except ConfigError as exc:
+        log_event("outbox.unconfigured", level=logging.CRITICAL, error=str(exc))
+        raise SystemExit(f"hookline: {exc}") from None
+
+
+@worker_ready.connect
+def _start_relay(sender: Any = None, **_: object) -> None:
+    if _ours(sender) and _relay is not None:
+        log_event("outbox.relaying", database=_relay.database.describe())
+        _relay.start()
+
+
 @worker_init.connect
 def _import_host_modules(sender: Any = None, **_: object) -> None:
     """Import ``HOOKLINE_WORKER_IMPORTS``: the host's operational-event callbacks and signal
@@ -195,6 +246,10 @@ def _stop(sender: Any = None, **_: object) -> None:
     stop_process_liveness()
     if _releaser is not None:
         _releaser.stop()
+    if _reconciler is not None:
+        _reconciler.stop()
+    if _relay is not None:
+        _relay.stop()
     if _metrics_server is not None:
         _metrics_server.shutdown()
         _metrics_server.server_close()

@@ -47,6 +47,7 @@ from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these
 from hookline.worker.celery import app
 from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask
+from hookline.worker.reconciler import RUNNING
 
 
 class DeliveryTask(ParkingTask):
@@ -107,7 +108,12 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
                   event_id=event_id, detail="taken before this worker was declared dead; "
                                             "another worker has it: not attempted here")
         return {"outcome": "fenced"}
-    result = DeliveryTask.engine.attempt(request, token=attempt_token(), receipt=receipt)
+    token = attempt_token()
+    RUNNING.start(token, endpoint_id)  # before its admit: the reconciler's view (reconciler.py)
+    try:
+        result = DeliveryTask.engine.attempt(request, token=token, receipt=receipt)
+    finally:
+        RUNNING.finish(token)
     if (isinstance(result, Deferred) and result.reason == "capped" and tag
             and wait_for_share(tag, endpoint_id)):
         # Waits in its endpoint's list for a slot under the cap: no timer, no attempt used.

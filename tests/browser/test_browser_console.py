@@ -227,5 +227,7 @@ def test_bulk_replay_of_500_keeps_the_rate_limit_shows_progress_and_delivers_eac
     most = busiest_second(times)
     print(f"\n{BULK} replayed in {max(times) - min(times):.1f} s, at most {most} in one second "
           f"(limit {BULK_RATE}, burst {burst})")
-    assert most <= BULK_PER_SECOND + burst
+    # The receiver stamps arrivals, not the limiter's grants: a send's transit time varies by a few
+    # ms under load, so one second of arrivals can hold the grants of up to 1.05 s.
+    assert most <= BULK_PER_SECOND * 1.05 + burst
     assert max(times) - min(times) >= (BULK - burst) / BULK_PER_SECOND - 0.5

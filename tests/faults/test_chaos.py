@@ -12,18 +12,13 @@ it never touches the tests' shared Redis; it takes about 30-60 s.
 
 from __future__ import annotations
 
-import json
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.bench_runs import run_quick
 
 pytestmark = [
     pytest.mark.chaos,
@@ -41,27 +36,8 @@ def clean_redis() -> Iterator[None]:
     yield
 
 
-def run_quick(workdir: Path) -> tuple[dict, str, float]:
-    results = workdir / "chaos.json"
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench.chaos", "--quick", "--workdir", str(workdir / "run"),
-         "--results", str(results)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)  # the driver stops Redis, receivers and workers
-        output, _ = process.communicate(timeout=60)
-        pytest.fail(f"the chaos run took over {RUN_TIMEOUT:.0f}s:\n{output}")
-    seconds = time.monotonic() - started
-    assert results.exists(), f"no results written (exit {process.returncode}):\n{output}"
-    return json.loads(results.read_text()), output, seconds
-
-
 def test_quick_chaos_run_loses_nothing_and_keeps_the_rate_budget(tmp_path: Path) -> None:
-    summary, output, seconds = run_quick(tmp_path)
+    summary, output, seconds = run_quick("bench.chaos", tmp_path, RUN_TIMEOUT)
     print(f"\n{output}\nquick chaos run: {seconds:.0f}s")
     kinds = [fault["kind"] for fault in summary["faults"]]
     assert {"sigkill", "scale", "redis_restart"} <= set(kinds), kinds

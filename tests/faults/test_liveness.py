@@ -60,9 +60,11 @@ def test_a_killed_workers_attempts_are_delivered_in_seconds_by_a_live_one(
     state = registry(isolated)
     assert state["declared_dead"] == 1 and state["restored"] == 64
     assert len(state["live"]) == 1
-    # The dead worker's 64 attempts gave their in-flight counts back: no share leaked.
+    # The dead worker's 64 attempts gave their in-flight counts back, leases and all: no share
+    # leaked.
     wait_until(lambda: isolated.hget(f"hookline:{{{endpoint.id}}}:endpoint", "inflight")
-               in (None, "0"), timeout=10)
+               in (None, "0") and not isolated.zcard(f"hookline:{{{endpoint.id}}}:leases"),
+               timeout=10)
 
 
 def test_a_live_worker_waiting_on_a_slow_receiver_is_never_declared_dead(
@@ -122,6 +124,10 @@ def test_a_worker_paused_past_its_window_cannot_settle_what_another_delivered(
                )
     assert first.process.poll() is None
     assert max(Counter(r.webhook_id for r in receiver.received).values()) == 2
+    # The fenced attempts' counts and leases went with them: nothing is counted in flight.
+    wait_until(lambda: isolated.hget(f"hookline:{{{endpoint.id}}}:endpoint", "inflight")
+               in (None, "0") and not isolated.zcard(f"hookline:{{{endpoint.id}}}:leases"),
+               timeout=10)
 
 
 def test_an_endpoint_capped_at_five_never_has_more_in_flight_across_three_workers(

@@ -131,7 +131,8 @@ def test_dlq_list_filters_by_endpoint_reason_and_time(dead_letters: DeadLetterQu
     assert ids_of(json_out("dlq", "list", "--endpoint", "shop", "--reason", "exhausted",
                            "--since", hour_ago)) == ["shop/ev-new"]
     assert ids_of(json_out("dlq", "list", "--limit", "2")) == ["shop/ev-old", "crm/ev-a"]
-    assert "no dead letters match" in succeeds("dlq", "list", "--endpoint", "nope").stdout
+    assert "no dead letters match" in succeeds("dlq", "list", "--endpoint", "crm",
+                                               "--reason", "rejected").stdout
 
 
 def test_dlq_list_filters_by_attempt_count(dead_letters: DeadLetterQueue) -> None:
@@ -495,3 +496,25 @@ def test_dlq_actions_are_in_the_audit_log_with_the_cli_user(dead_letters: DeadLe
     assert (entry.actor, entry.action, entry.target) == (cli_actor().name, "dead_letter.purge",
                                                          "1 dead letter(s)")
     assert entry.session.startswith("cli:")
+
+
+def test_an_unknown_endpoint_is_an_error_and_a_removed_one_keeps_its_dead_letters(
+        dead_letters: DeadLetterQueue) -> None:
+    """Known: an endpoint that exists, or one a dead letter still names (``shop`` and ``crm``
+    have dead letters and no endpoint, as after a removal)."""
+    for verb in (["list"], ["list", "--json"], ["replay"], ["replay", "--dry-run"],
+                 ["purge", "--yes"], ["purge", "--dry-run"]):
+        result = fails("dlq", *verb, "--endpoint", "nope")
+        assert result.output == "Error: no endpoint 'nope'\n", verb
+    assert fails("event", "show", "ev-x", "--endpoint", "nope").output == (
+        "Error: no endpoint 'nope'\n")
+    assert fails("event", "show", "ev-x", "--app", "nope").output == (
+        "Error: no application 'nope'\n")
+    assert dead_letters.count() == 5  # nothing replayed, nothing purged
+    assert ids_of(json_out("dlq", "list", "--endpoint", "crm")) == ["crm/ev-a", "crm/ev-b"]
+    assert "would replay 2 dead letter(s)" in succeeds(
+        "dlq", "replay", "--endpoint", "crm", "--dry-run").stdout
+    EndpointRegistry().add("quiet", "http://127.0.0.1:9/quiet")  # exists, no dead letter
+    assert succeeds("dlq", "list", "--endpoint", "quiet").stdout == "no dead letters match\n"
+    assert succeeds("dlq", "purge", "--endpoint", "quiet", "--yes").stdout == (
+        "no dead letters match: nothing purged\n")

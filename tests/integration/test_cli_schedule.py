@@ -29,6 +29,7 @@ from hookline.core.config import ConfigError
 from hookline.core.messages import RETRY_QUEUE
 from hookline.delivery.releaser import Releaser
 from hookline.store import connection as store
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule, ScheduleStats
 from hookline.transport.envelope import build_message
 from tests.conftest import ROOT, wait_until
@@ -180,9 +181,19 @@ def test_schedule_list_table_has_no_payload_and_says_when_it_is_cut(park: Parked
 def test_schedule_list_of_nothing_says_so(park: Parked) -> None:
     assert succeeds("schedule", "list").stdout == "no scheduled retries\n"
     park("shop", "a", 30)
+    EndpointRegistry().add("crm", "http://127.0.0.1:9/crm")
     assert succeeds("schedule", "list", "--endpoint", "crm").stdout == (
         "no scheduled retries for endpoint crm\n")
     assert json_out("schedule", "list", "--endpoint", "crm") == []
+
+
+def test_schedule_list_of_an_unknown_endpoint_is_an_error(park: Parked) -> None:
+    """Known: an endpoint that exists, or one the schedule still holds a retry of (``shop``
+    here has no endpoint, as after a removal that left one behind)."""
+    park("shop", "a", 30)
+    assert fails("schedule", "list", "--endpoint", "nope").output == "Error: no endpoint 'nope'\n"
+    assert [item["id"] for item in json_out("schedule", "list", "--endpoint", "shop")
+            ] == ["shop/a"]
 
 
 # -- releaser -------------------------------------------------------------------------------

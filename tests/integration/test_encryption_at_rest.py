@@ -11,6 +11,7 @@ import base64
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,10 +22,13 @@ from standardwebhooks import Webhook
 from examples.receiver import Reply, always
 from hookline.core import config, sealing, signing
 from hookline.core.endpoint import SECRET_PREFIX
+from hookline.service import audit
+from hookline.service.actor import cli_actor
 from hookline.store import keys, sealed
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule
 from tests.conftest import PrivateRedis, wait_until
+from tests.support.cli import fails, succeeds
 from tests.support.queue import delivered, enqueue
 from tests.support.signatures import verified_v1a
 
@@ -188,6 +192,47 @@ def test_a_record_that_does_not_open_is_reported_and_never_sent(private, receive
     wait_until(lambda: RetrySchedule(client).stats().total == 3)  # waiting, not lost
     assert receiver.requests_to("/copied") == []
     assert delivered(client, "copied", copied) == 0
+
+
+@pytest.mark.parametrize("command", ["rotate-secret", "update --secret"])
+def test_a_copied_secret_is_repaired_with_the_documented_command_and_the_held_go(
+        private, receiver, start_worker, command):
+    """docs/operations/encryption.md's repair, as an operator runs it: the held deliveries
+    are sent at once (not at their next look, 30 s on) and verify with the new secret."""
+    use_keys(private, KEY_1)
+    registry = EndpointRegistry()
+    registry.add("src", receiver.route("/src", always(Reply(204))))
+    registry.add("dst", receiver.route("/dst", always(Reply(204))))
+    client = redis.Redis.from_url(private.url, decode_responses=True)
+    client.hset(keys.endpoint_key("dst"), "secrets",
+                client.hget(keys.endpoint_key("src"), "secrets"))
+    worker = start_worker("repair", extra_env=worker_env(private, KEY_1))
+    held = enqueue(client, "dst", 5, prefix="held")
+    wait_until(lambda: RetrySchedule(client).stats().by_endpoint.get("dst") == 5)
+    assert worker.output().count("delivery.secrets_unreadable") >= 5
+    assert receiver.requests_to("/dst") == []
+
+    refused = fails("endpoint", "show", "dst")  # what every other command still says
+    assert "do not decrypt with key" in refused.output
+    if command == "rotate-secret":
+        result = succeeds("endpoint", "rotate-secret", "dst")
+        secret = result.stdout.split("new signing secret: ", 1)[1].split()[0]
+    else:
+        secret, _ = known_secret(7)
+        result = succeeds("endpoint", "update", "dst", "--secret", secret)
+    repaired = time.monotonic()
+    assert ("replaced an unreadable sealed secret (damaged, or copied from another endpoint or "
+            "field); 5 held deliveries due now") in result.stdout
+    wait_until(lambda: delivered(client, "dst", held) == 5, timeout=15)
+    assert time.monotonic() - repaired < 15  # released by the repair, not their next look
+    requests = receiver.requests_to("/dst")
+    assert sorted(r.webhook_id for r in requests) == held
+    assert verify_all(requests, {"/dst": secret}) == []  # the standardwebhooks library
+    entry = audit.recent(cli_actor(), limit=1).items[0]
+    assert (entry.action, entry.target) == (
+        "endpoint.rotate_secret" if command == "rotate-secret" else "endpoint.update", "dst")
+    assert "replaced an unreadable sealed secret, 5 held deliveries due" in entry.detail
+    assert secret not in entry.detail
 
 
 def test_rotating_the_key_under_load_misses_no_delivery_and_fails_no_verification(

@@ -1,5 +1,6 @@
 """The Flask extension and the example app (examples/flask_app), end to end: Flask's test
-client, a real Redis, the session worker and a real HTTP receiver."""
+client on a SQLite file of its own, a real Redis, the session worker and a real HTTP receiver.
+The outbox is off here (tests/faults/test_outbox_examples.py runs the app with it on)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,20 @@ def orders_endpoint(receiver: Receiver) -> Endpoint:
 
 
 @pytest.fixture
-def web(orders_endpoint: Endpoint) -> Flask:
-    return create_app({"ORDERS_WEBHOOK_ENDPOINT": orders_endpoint.id})
+def web(orders_endpoint: Endpoint, tmp_path) -> Flask:
+    """The example app on a SQLite file of the test's own (the outbox is off here: the
+    environment leaves HOOKLINE_OUTBOX unset)."""
+    return create_app({"ORDERS_WEBHOOK_ENDPOINT": orders_endpoint.id,
+                       "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'orders.sqlite3'}"})
+
+
+def stored_orders(web: Flask) -> list[tuple[int, str, str]]:
+    """The orders in the app's database: (id, customer, total)."""
+    from examples.flask_app.app import Order, db
+
+    with web.app_context():
+        return [(order.id, order.customer, order.total)
+                for order in db.session.scalars(db.select(Order).order_by(Order.id))]
 
 
 def delivered(endpoint_id: str, event_id: str, timeout: float = 20.0) -> None:
@@ -55,6 +68,7 @@ def test_created_order_arrives_as_a_signed_webhook_with_its_id(web, orders_endpo
     response = web.test_client().post("/orders", json={"customer": "ada", "total": "9.99"})
     assert response.status_code == 201, response.get_data(as_text=True)
     order_id, event_id = response.json["order_id"], response.json["event_id"]
+    assert stored_orders(web) == [(order_id, "ada", "9.99")]
     delivered(orders_endpoint.id, event_id)
     [request] = receiver.requests_to(f"/{orders_endpoint.id}")
     assert request.webhook_id == event_id
@@ -73,6 +87,29 @@ def test_each_order_is_sent_once(web, orders_endpoint, receiver):
     assert sorted(arrived) == sorted(event_ids)
 
 
+def test_rolled_back_order_sends_nothing(web, orders_endpoint, receiver, published):
+    client = web.test_client()
+    declined = client.post("/orders", json={"customer": "bob", "total": "5.00",
+                                            "payment": "declined"})
+    assert declined.status_code == 402, declined.get_data(as_text=True)
+    rolled_back_event = declined.json["event_id"]
+    assert rolled_back_event  # the event was requested inside the transaction...
+    assert stored_orders(web) == []  # ...which rolled back
+
+    # A marker order after it: once its webhook is delivered, the worker has consumed
+    # everything enqueued before it; the rolled-back event must not be among what arrived.
+    marker = client.post("/orders", json={"customer": "carol", "total": "1.00"})
+    assert marker.status_code == 201
+    marker_event = marker.json["event_id"]
+    delivered(orders_endpoint.id, marker_event)
+    arrived = [r.webhook_id for r in receiver.requests_to(f"/{orders_endpoint.id}")]
+    assert arrived == [marker_event]
+    published_ids = [event_id for _queue, _endpoint, event_id in published.events]
+    assert rolled_back_event not in published_ids  # never even reached the broker
+    assert marker_event in published_ids
+    assert [customer for _id, customer, _total in stored_orders(web)] == ["carol"]
+
+
 def test_missing_endpoint_is_reported_by_the_route_and_nothing_is_enqueued(
         web, published):
     web.config["ORDERS_WEBHOOK_ENDPOINT"] = "no-such-endpoint"
@@ -80,12 +117,14 @@ def test_missing_endpoint_is_reported_by_the_route_and_nothing_is_enqueued(
     assert response.status_code == 500
     assert "no endpoint 'no-such-endpoint'" in response.json["error"]
     assert published.events == []
+    assert stored_orders(web) == []  # the order goes with its event: neither is kept
 
 
 def test_bad_order_is_a_client_error(web, published):
     response = web.test_client().post("/orders", json={"customer": "ada"})
     assert response.status_code == 400
     assert published.events == []
+    assert stored_orders(web) == []
 
 
 def test_extension_registers_itself_with_the_environments_settings(web):

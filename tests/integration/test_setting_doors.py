@@ -64,3 +64,20 @@ def test_a_bad_setting_is_one_line_naming_it_and_a_non_zero_exit(door, variable,
         assert output.splitlines() == lines, output
     else:
         assert "(hookline.E001)" in lines[0], output
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("notaurl", "REDIS_URL='notaurl' must start with redis://"),
+    ("s3cret-pw@redis.internal:6379/0", "REDIS_URL='***@redis.internal:6379/***' must start"),
+    ("redis://user:s3cret-pw@redis.internal:port/0",
+     "REDIS_URL='redis://***@redis.internal:***/***' is not a valid URL"),
+    ("redis://:s3cret/pw@redis.internal:6379/0",
+     "REDIS_URL='redis://***@redis.internal:6379/***' is not a valid URL"),
+    ("redis://:s3cret-pw@[::1/0", "REDIS_URL='redis://***@[::1/***' is not a valid URL"),
+])
+def test_a_malformed_redis_url_is_shown_by_scheme_and_host_never_its_password(value, shown):
+    done = _run(DOORS["hookline endpoint list"], "REDIS_URL", value)
+    output = (done.stdout + done.stderr).strip()
+    assert done.returncode == 1, output
+    assert output.startswith(f"Error: {shown}"), output
+    assert len(output.splitlines()) == 1 and "s3cret" not in output, output

@@ -74,9 +74,10 @@ def test_open_breaker_stops_requests_then_lets_exactly_one_probe(receiver, start
     in_flight = 0.25
     late = [round(t - opened_at, 3) for t in times if opened_at + in_flight < t < first_open_until]
     assert late == [], f"requests {late}s after the breaker opened"
-    # Redis times here are whole milliseconds, truncated: the probe's arrival can read up to
-    # 1 ms later than the reopening it caused.
-    probes = [t for t in times if first_open_until <= t <= reopened_at + 0.001]
+    # The reopening's time is the admit's Redis time plus the attempt's duration as the worker
+    # measured it, in whole milliseconds; the receiver stamps the arrival on its own: on a
+    # loaded machine the probe's arrival has read up to 4 ms later than the reopening it caused.
+    probes = [t for t in times if first_open_until <= t <= reopened_at + 0.01]
     assert len(probes) == 1, (
         f"{len(probes)} probes during the half-open period; requests at "
         f"{[round(t - opened_at, 3) for t in times]}s after the opening, open until "

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from hookline.core import config
 from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.delivery.publisher import enqueue_delivery
 from hookline.store import connection as store
-from hookline.store import replication
+from hookline.store import keys, replication
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.delivery import delivered as recorded_delivered
 from hookline.store.endpoints import EndpointRegistry
@@ -216,6 +217,13 @@ def test_failover_mid_run_loses_nothing_and_delivery_continues_on_the_new_master
                timeout=20, what=lambda: [new_master.llen(DELIVERY_QUEUE),
                                          new_master.llen(RETRY_QUEUE),
                                          held_count(new_master), new_master.zcard(DUE_KEY)])
+    # The counts agree with what is held (nothing, now): no endpoint's in-flight count or
+    # lease outlived the switch (docs/internals/counts.md).
+    wait_until(lambda: not any(int(new_master.hget(keys.endpoint_key(e), "inflight") or 0)
+                               + new_master.zcard(keys.leases_key(e)) for e in paths),
+               timeout=45, what=lambda: {e: (new_master.hget(keys.endpoint_key(e), "inflight"),
+                                             new_master.zcard(keys.leases_key(e)))
+                                         for e in paths})
     # Duplicates only ever with the same webhook-id: each id is one of this run's events.
     received = Counter(r["webhook_id"] for r in requests() if 200 <= r["status"] < 300)
     assert set(received) == {ev for ev, outcome in expected.items() if outcome == "delivered"}
@@ -265,3 +273,30 @@ def test_a_write_that_hands_an_event_on_waits_for_every_replica_up(deployment, s
     wait_until(waits_for_one, timeout=10, interval=0.3)
     letters.add(letter(2))
     assert letters.get("ep-wait/wait-1") is not None and letters.get("ep-wait/wait-2")
+
+
+def test_a_stalled_masters_late_reply_is_never_read_by_the_next_command(deployment, sentinel_env):
+    """A call to a paused master times out (Hookline never tries a timeout again); when the
+    master answers, its late reply must not be read as the next command's. redis-py's
+    Sentinel connection keeps its socket on a timeout unless told otherwise, which crossed
+    replies in the soak's Sentinel run; Hookline's connections close instead, for its state
+    client and for the broker's channel alike."""
+    import signal
+
+    from hookline.store.sentinel import WholeReplyConnection
+    from hookline.transport.sentinel import SentinelChannel
+
+    client = store.redis_for(deployment.url(), **store.bounded_options(timeout=0.5))
+    client.set("late:a", "reply of a")
+    client.set("late:b", "reply of b")
+    master = deployment.process_of(deployment.master_port())
+    master.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(redis.TimeoutError):
+            client.get("late:a")
+    finally:
+        master.send_signal(signal.SIGCONT)
+    # The pool has one connection: the one whose GET timed out, or a fresh one.
+    assert [client.get("late:b") for _ in range(3)] == ["reply of b"] * 3
+    assert issubclass(client.connection_pool.connection_class, WholeReplyConnection)
+    assert issubclass(SentinelChannel.connection_class, WholeReplyConnection)

@@ -22,6 +22,7 @@ from hookline.transport.records import (
     UNACKED_RECORDS_KEY,
     held_count,
     held_messages,
+    member_owner,
     parse_member,
     record_member,
 )
@@ -561,3 +562,38 @@ def test_with_a_global_keyprefix_the_records_and_the_sweep_are_kombus(db):
             time.sleep(1.2)
             channel.qos.restore_visible(num=10, interval=1)
         assert db.llen("pfx:broker-test") == 1 and db.hlen("pfx:unacked") == 0
+
+
+@pytest.mark.slow
+def test_a_requeue_redis_did_not_answer_leaves_the_message_to_the_heartbeat_not_held(tmp_path):
+    """A reject with requeue while Redis is paused (a stalled host) fails after the timeout:
+    the record stays in Redis, and the channel no longer counts the message as held, so this
+    process's next look for its own orphans puts it back. Kept held, it came back only when
+    its worker died (the soak: two events ten minutes late)."""
+    import signal
+
+    server = PrivateRedis(tmp_path)
+    client = server.start()
+    try:
+        with Connection(server.url, transport=TRANSPORT,
+                        transport_options={"socket_timeout": 1, "brpop_timeout": 0.2}) as conn:
+            publish(conn, {"n": 1})
+            got: list[Any] = []
+            with Consumer(conn, [QUEUE], callbacks=[lambda body, m: got.append(m)]):
+                wait_until(lambda: conn.drain_events(timeout=1) or got, timeout=10)
+            qos = conn.default_channel.qos
+            [message] = got
+            owner = member_owner(next(iter(qos.held_members())))
+            assert server.process is not None
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(redis.RedisError):
+                    message.reject(requeue=True)
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            assert qos.held_members() == set()  # held by nobody now
+            assert held_count(client) == 1  # still recorded
+            assert qos.restore_own(owner, qos.held_members(), older_than=0) == 1
+            assert held_count(client) == 0 and client.llen("broker-test") == 1
+    finally:
+        server.stop()

@@ -582,6 +582,24 @@ def test_an_open_breaker_defers_without_consuming_an_attempt(endpoint, engine_fo
     assert dlq.count() == 0
 
 
+def test_a_delivery_held_by_an_open_breaker_past_its_max_age_is_dead_lettered_expired(
+        endpoint, engine_for, dlq, clock):
+    """Deferrals are not attempts, but a failing endpoint's breaker does not hold an event for
+    ever: past its max age, counted from its first attempt (or its publish, never attempted),
+    it is dead-lettered as expired, nothing sent."""
+    sender = FakeSender(answer(500))
+    engine = engine_for(sender)
+    for _ in range(settings().breaker_threshold):
+        attempt(engine, request_for(endpoint.id))
+    max_age = settings().retry_policy.max_age
+    young = request_for(endpoint.id, enqueued_at=clock.now - max_age + 60)
+    assert isinstance(attempt(engine, young), Deferred)
+    old = request_for(endpoint.id, enqueued_at=clock.now - max_age - 1)
+    assert attempt(engine, old) == Finished("dead_lettered", reason="expired")
+    assert only_entry(dlq).reason == "expired" and "breaker_open" in only_entry(dlq).detail
+    assert len(sender.calls) == settings().breaker_threshold
+
+
 def test_a_spent_rate_budget_defers_to_the_booked_slot(registry, engine_for, dlq):
     endpoint = registry.add("ep-rated", "http://127.0.0.1:9/hook", rate="1/s", burst=1)
     sender = FakeSender(ok())

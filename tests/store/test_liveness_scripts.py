@@ -192,21 +192,29 @@ def test_settle_refuses_an_outcome_whose_record_was_restored(endpoint):
     assert client.zscore(UNACKED_RECORDS_KEY, member) is None
 
 
-def envelope(tag: str, endpoint_id: str) -> str:
+def envelope(tag: str, endpoint_id: str, **headers: str) -> str:
     return json.dumps({"body": "", "headers": {"hookline_endpoint": endpoint_id,
-                                               "hookline_event": tag, "id": tag},
+                                               "hookline_event": tag, "id": tag, **headers},
                        "properties": {"delivery_tag": tag,
                                       "delivery_info": {"exchange": "fq", "routing_key": "fq"}}})
 
 
 def consume(client: redis.Redis, endpoints: list[str], *, most: int, slots: int,
-            dig_above: int, look: bool = False) -> list:
+            dig_above: int, look: bool = False, max_age: float = 0) -> list:
     endpoint_keys = [key for e in endpoints for key in (
-        keys.breaker_key(e), keys.schedule_endpoint_key(e), keys.fair_waiting_key(e))]
+        keys.breaker_key(e), keys.schedule_endpoint_key(e), keys.fair_waiting_key(e),
+        keys.leases_key(e))]
     return client.eval(load_script("consume"), 9 + len(endpoint_keys), UNACKED_RECORDS_KEY,
                        *SCHEDULE_KEYS, WAKE_KEY, keys.FAIR_WAITING_KEY, "fq", "fq-bell",
                        *endpoint_keys, repr(time.time()), "1", 1000, 1000, 200, 1, most,
-                       "owner01", slots, dig_above, "1" if look else "0", *endpoints)
+                       "owner01", slots, dig_above, "1" if look else "0", max_age, *endpoints)
+
+
+def hold_slots(client: redis.Redis, endpoint_id: str, count: int) -> None:
+    """``count`` attempts in flight at the endpoint: live leases and their count."""
+    until = int(client.time()[0]) * 1000 + 60_000
+    client.zadd(keys.leases_key(endpoint_id), {f"held-{n}": until for n in range(count)})
+    client.hset(keys.endpoint_key(endpoint_id), "inflight", count)
 
 
 def taken_endpoints(reply: list) -> list[str]:
@@ -226,7 +234,7 @@ def test_a_slow_endpoint_past_half_the_slots_lets_the_queue_behind_it_through(qu
     client = queue
     EndpointRegistry().add("fq-slow", "http://127.0.0.1:9/a")
     EndpointRegistry().add("fq-fast", "http://127.0.0.1:9/b")
-    client.hset(keys.endpoint_key("fq-slow"), "inflight", 300)  # of 512 slots
+    hold_slots(client, "fq-slow", 300)  # of 512 slots
     for n in range(5):
         client.lpush("fq", envelope(f"s{n}", "fq-slow"))
     client.lpush("fq", envelope("f0", "fq-fast"))
@@ -244,7 +252,7 @@ def test_a_slow_endpoint_past_half_the_slots_lets_the_queue_behind_it_through(qu
 def test_a_lone_endpoint_under_the_runnable_bound_is_never_set_waiting(queue):
     client = queue
     EndpointRegistry().add("fq-lone", "http://127.0.0.1:9/a")
-    client.hset(keys.endpoint_key("fq-lone"), "inflight", 40)
+    hold_slots(client, "fq-lone", 40)
     for n in range(10):
         client.lpush("fq", envelope(f"l{n}", "fq-lone"))
     reply = consume(client, ["fq-lone"], most=16, slots=512, dig_above=64)
@@ -255,7 +263,7 @@ def test_a_lone_endpoint_under_the_runnable_bound_is_never_set_waiting(queue):
 def test_an_endpoint_at_its_cap_waits_whatever_the_slots(queue):
     client = queue
     EndpointRegistry().add("fq-cap", "http://127.0.0.1:9/a", max_in_flight=3)
-    client.hset(keys.endpoint_key("fq-cap"), "inflight", 2)
+    hold_slots(client, "fq-cap", 2)
     for n in range(4):
         client.lpush("fq", envelope(f"c{n}", "fq-cap"))
     reply = consume(client, ["fq-cap"], most=16, slots=512, dig_above=64)
@@ -285,7 +293,7 @@ def test_a_batch_filled_by_one_endpoint_sets_its_backlog_aside_for_whoever_is_be
     client = queue
     EndpointRegistry().add("fq-a", "http://127.0.0.1:9/a")
     EndpointRegistry().add("fq-b", "http://127.0.0.1:9/b")
-    client.hset(keys.endpoint_key("fq-a"), "inflight", 12)  # its batch was admitted
+    hold_slots(client, "fq-a", 12)  # its batch was admitted
     for n in range(100):
         client.lpush("fq", envelope(f"a{n}", "fq-a"))
     client.lpush("fq", envelope("b0", "fq-b"))
@@ -298,3 +306,26 @@ def test_a_batch_filled_by_one_endpoint_sets_its_backlog_aside_for_whoever_is_be
     events = [json.loads(parse_member(m)[1])[0]["headers"]["hookline_event"]
               for m in second[4:4 + 2 * int(second[2]):2]]
     assert events[1:] == [f"a{n}" for n in range(8, 15)]  # the backlog in its order
+
+
+def test_a_delivery_held_behind_an_open_breaker_past_its_max_age_goes_to_a_worker(queue):
+    """consume.lua parks a failing endpoint's deliveries without a worker, but not for ever:
+    one waiting since longer than the endpoint's max age is taken, and the worker dead-letters
+    it as expired; a younger one is parked; a paused endpoint holds them whatever their age."""
+    client = queue
+    EndpointRegistry().add("fq-dead", "http://127.0.0.1:9/a", retry_policy={"max_age": 60})
+    EndpointRegistry().add("fq-paused", "http://127.0.0.1:9/b")
+    now = int(client.time()[0])
+    client.hset(keys.endpoint_key("fq-dead"), mapping={
+        "state": "open", "open_until": now * 1000 + 600_000})
+    client.hset(keys.endpoint_key("fq-paused"), "paused_at", now - 5)
+    client.lpush("fq", envelope("young", "fq-dead", hookline_since=str(now - 30)),
+                 envelope("old", "fq-dead", hookline_since=str(now - 61)),
+                 envelope("paused-old", "fq-paused", hookline_since=str(now - 10_000)))
+    reply = consume(client, ["fq-dead", "fq-paused"], most=16, slots=512, dig_above=64,
+                    max_age=3600)
+    taken = [json.loads(parse_member(m)[1])[0]["headers"]["hookline_event"]
+             for m in reply[4:4 + 2 * int(reply[2]):2]]
+    parked = [json.loads(entry)[1] for entry in reply[3 + 2 * int(reply[2]):]]
+    assert taken == ["old"]
+    assert sorted(parked) == ["paused-old", "young"]

@@ -130,8 +130,8 @@ def test_a_hosts_celery_broker_url_does_not_redirect_hookline(quiet_redis):
     """, REDIS_URL=broker, CELERY_BROKER_URL="memory://localhost/")
     host_broker, hookline_broker = out.split()
     assert host_broker.startswith("memory://")
-    # (kombu names a transport given by path in the URI it prints.)
-    assert hookline_broker.endswith(f"@127.0.0.1:{url['port']}/{url['db']}")
+    # (kombu 5.7 names a transport given by path in the URI it prints, 5.6 its scheme.)
+    assert hookline_broker.endswith(f"127.0.0.1:{url['port']}/{url['db']}")
     [message] = queued(quiet_redis)
     assert message["headers"]["hookline_event"] == "ev-env"
 
@@ -173,3 +173,36 @@ def test_flower_sees_the_broker_as_redis():
             assert connection.as_uri().startswith("redis://")
             assert connection.info()["transport"] == "redis"
             assert isinstance(connection.transport, Transport)
+
+
+def test_the_publishing_app_finds_no_result_backend_without_reading_entry_points(monkeypatch):
+    """Hookline keeps no results: the publishing app's backend is Celery's DisabledBackend,
+    found without the entry-point scan Celery's lookup makes (a web process's first send);
+    a backend that is configured is still looked up by Celery."""
+    from celery.app import backends
+    from celery.backends.base import DisabledBackend
+
+    from hookline.transport.app import PublishingApp
+
+    def scanned(*args: Any) -> dict[str, str]:
+        raise AssertionError("entry points read")
+
+    monkeypatch.setattr(backends, "load_extension_class_names", scanned)
+    fresh = PublishingApp("t", set_as_current=False, fixups=[])
+    fresh.config_from_object("hookline.transport.celery_settings")
+    assert fresh.conf.result_backend is None
+    assert isinstance(fresh.backend, DisabledBackend)
+    configured = PublishingApp("t", set_as_current=False, fixups=[], backend="cache+memory://")
+    with pytest.raises(AssertionError, match="entry points read"):
+        configured.backend  # noqa: B018 - the lookup is the property's
+
+
+def test_a_publisher_reads_the_versions_the_installed_distributions_declare():
+    """The publisher's version check asks the modules it imported (no METADATA parsed); they
+    say what the installed distributions say."""
+    from importlib import metadata
+
+    from hookline.transport import compat
+
+    assert compat.imported_versions() == {name: metadata.version(name)
+                                          for name in compat.SUPPORTED}

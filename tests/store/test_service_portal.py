@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import hookline
 from hookline.cli.main import main
 from hookline.service import audit, portal
-from hookline.service.actor import Actor
+from hookline.service.actor import Actor, NotFound
 from hookline.store.apps import AppRegistry, UnknownApplication
 
 KEY = "k" * 40
@@ -145,3 +145,18 @@ def test_the_cli_says_which_variable_is_missing(apps, monkeypatch):
     answer = CliRunner().invoke(main, ["portal", "link", "app-a"])
     assert answer.exit_code == 1
     assert answer.output.count("\n") == 1 and "HOOKLINE_CONSOLE_SECRET_KEY" in answer.output
+
+
+def test_revoking_an_unknown_application_is_refused_unless_it_was_removed(apps):
+    with pytest.raises(NotFound, match="no application 'app-z'"):
+        portal.revoke_app("app-z", actor=OPERATOR)
+    assert CliRunner().invoke(main, ["portal", "revoke", "--app", "app-z"]).output == (
+        "Error: no application 'app-z'\n")
+    AppRegistry().add("app-z")
+    before_removal = portal.issue("app-z")
+    AppRegistry().remove("app-z")
+    result = CliRunner().invoke(main, ["portal", "revoke", "--app", "app-z", "--removed"])
+    assert result.exit_code == 0, result.output
+    AppRegistry().add("app-z")  # the id again: its earlier links stay refused
+    with pytest.raises(portal.TokenRefused, match=r"\(revoked\)"):
+        portal.verify(token_of(before_removal.url))

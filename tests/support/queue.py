@@ -10,16 +10,21 @@ from hookline.transport.envelope import build_message
 from hookline.worker.celery import app
 
 
-def enqueue(client: redis.Redis, endpoint_id: str, count: int, prefix: str = "evt") -> list[str]:
+def enqueue(client: redis.Redis, endpoint_id: str, count: int, prefix: str = "evt", *,
+            ordering_keys: int = 0) -> list[str]:
     """Put ``count`` first deliveries (event ids ``<prefix>-00000``...) on the ``hookline``
-    queue of ``client``'s database in one pipeline."""
+    queue of ``client``'s database in one pipeline. ``ordering_keys``: spread them over that
+    many ordering keys (``k0``, ``k1``...), for an ordered endpoint."""
     event_ids = [f"{prefix}-{n:05d}" for n in range(count)]
     pipe = client.pipeline(transaction=False)
-    for event_id in event_ids:
+    for n, event_id in enumerate(event_ids):
+        kwargs: dict[str, object] = {"event_id": event_id}
+        if ordering_keys:
+            kwargs["ordering_key"] = f"k{n % ordering_keys}"
         pipe.lpush("hookline", build_message(
             app, task_name="hookline.deliver", task_id=event_id,
             args=[endpoint_id, "order.created", {"id": event_id}],
-            kwargs={"event_id": event_id}, retries=0, queue="hookline"))
+            kwargs=kwargs, retries=0, queue="hookline"))
     pipe.execute()
     return event_ids
 

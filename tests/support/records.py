@@ -18,7 +18,12 @@ def _rewrite(client: Any, endpoint_id: str, event_id: str, change: dict[str, Any
 
 
 def expire_lease(client: Any, endpoint_id: str, event_id: str) -> None:
-    """As if the event's in-flight lease had run out."""
+    """As if the event's in-flight lease had run out (in its record and the endpoint's
+    leases)."""
+    head = (client.get(keys.delivery_key(endpoint_id, event_id)) or "{}").partition("\n")[0]
+    token = json.loads(head).get("t")
+    if token:
+        client.zadd(keys.leases_key(endpoint_id), {token: 1}, xx=True)
     _rewrite(client, endpoint_id, event_id, {"lu": 1})
 
 

@@ -4,6 +4,7 @@ the test's own, stopped (killed if need be) by :meth:`SentinelDeployment.stop`."
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import time
@@ -31,9 +32,14 @@ class SentinelDeployment:
     under ``master_name``."""
 
     def __init__(self, directory: Path, *, master_name: str = "hookline-test",
-                 replicas: int = 2, sentinels: int = 3) -> None:
+                 replicas: int = 2, sentinels: int = 3, down_after_ms: int = DOWN_AFTER_MS,
+                 appendonly: bool = False) -> None:
         self.directory = directory
         self.master_name = master_name
+        #: Silence before the Sentinels fail the master over (a pause shorter than this is
+        #: a pause, not a failover), and whether each node keeps an AOF of its own.
+        self.down_after_ms = down_after_ms
+        self.appendonly = appendonly
         self.redis_ports = [free_port() for _ in range(1 + replicas)]
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -74,7 +80,7 @@ class SentinelDeployment:
             config.write_text(
                 f"port {port}\nbind 127.0.0.1\ndir {self.directory}\n"
                 f"sentinel monitor {self.master_name} 127.0.0.1 {master} 2\n"
-                f"sentinel down-after-milliseconds {self.master_name} {DOWN_AFTER_MS}\n"
+                f"sentinel down-after-milliseconds {self.master_name} {self.down_after_ms}\n"
                 f"sentinel failover-timeout {self.master_name} {FAILOVER_TIMEOUT_MS}\n"
                 f"sentinel parallel-syncs {self.master_name} 1\n")
             self._spawn(["redis-server", str(config), "--sentinel"])
@@ -102,6 +108,23 @@ class SentinelDeployment:
         process = self.processes[index]
         process.kill()
         process.wait(5)
+
+    def process_of(self, port: int) -> subprocess.Popen[bytes]:
+        """The redis-server process serving ``port``."""
+        return self.processes[self.redis_ports.index(port)]
+
+    def shutdown_node(self, port: int) -> None:
+        """SHUTDOWN the node on ``port``: its AOF (if on) is flushed first."""
+        with contextlib.suppress(redis.ConnectionError):
+            self.node(port).shutdown()
+        self.process_of(port).wait(20)
+
+    def restart_node(self, port: int) -> None:
+        """Start the node on ``port`` again from its own files, as a master: one shut down
+        and back before the Sentinels' ``down_after_ms`` stays the master they know."""
+        index = self.redis_ports.index(port)
+        self._redis_server(port)
+        self.processes[index] = self.processes.pop()
 
     def failover(self, timeout: float = 20.0) -> tuple[int, int]:
         """``SENTINEL FAILOVER``; waits until the Sentinels name a new master that answers as
@@ -133,9 +156,12 @@ class SentinelDeployment:
                      "--appendonly", "no", "--dir", str(self.directory),
                      "--dbfilename", f"dump-{port}.rdb",
                      # A replica (re)attached after a failover syncs at once, not after 5 s.
-                     "--repl-diskless-sync-delay", "0", *extra])
+                     "--repl-diskless-sync-delay", "0",
+                     *(("--appendonly", "yes", "--appendfsync", "everysec",
+                        "--appenddirname", f"appendonly-{port}") if self.appendonly else ()),
+                     *extra])
         client = self.node(port)
-        wait_until(lambda: _answers(client), timeout=10,
+        wait_until(lambda: _answers(client), timeout=20,
                    what=lambda: f"redis-server on port {port} never answered")
 
     def _spawn(self, command: list[str]) -> None:

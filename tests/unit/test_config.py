@@ -98,3 +98,25 @@ def test_publishers_send_task_sent_only_when_asked():
     rabbit = load_settings({"HOOKLINE_TASK_SENT_EVENTS": "1",
                             "HOOKLINE_BROKER_URL": "pyamqp://guest@127.0.0.1//"})
     assert broker_settings(rabbit)["task_send_sent_event"] is True
+
+
+@pytest.mark.parametrize(("variable", "url", "shown"), [
+    ("REDIS_URL", "notaurl", "'notaurl' must start with redis://"),
+    ("REDIS_URL", ":s3cret@redis.internal:6379/0", "'***@redis.internal:6379/***' must start"),
+    ("REDIS_URL", "redis://u:s3cret@redis.internal:notaport/0",
+     "'redis://***@redis.internal:***/***' is not a valid URL"),
+    ("HOOKLINE_REDIS_URL", "redis://u:s3cret@[::1/0", "'redis://***@[::1/***' is not a valid"),
+    ("REDIS_URL", "redis://:s3/cret@redis.internal/0", "'redis://***@redis.internal/***' is"),
+    ("REDIS_URL", "redis://:s3#cret@redis.internal:6379",
+     "'redis://***@redis.internal:6379' is not a valid URL"),
+    ("HOOKLINE_BROKER_URL", "redis://:s3cret@broker.internal:x/0",
+     "'redis://***@broker.internal:***/***' is not a valid URL"),
+])
+def test_a_malformed_redis_url_is_refused_by_scheme_and_host_without_its_password(
+        variable, url, shown):
+    env = {"REDIS_URL": "redis://r:1/0", variable: url}
+    with pytest.raises(ConfigError) as refused:
+        load_settings(env)
+    message = str(refused.value)
+    assert message.startswith(f"{variable}=") and shown in message, message
+    assert "s3" not in message and "cret" not in message

@@ -397,3 +397,111 @@ def test_every_hookline_command_the_docs_show_exists() -> None:
              for path in _user_docs() for text in _command_lines(path)
              for problem in _command_problems(text)]
     assert wrong == [], f"commands the docs show that the CLI does not have: {wrong}"
+
+
+# -- shell blocks: run by a test, or marked as not runnable here ------------------------------
+
+#: Shell blocks on pages whose wording other work owns, identified by (page, first command):
+#: what a marker above the block would say. Move an entry into its page as the marker
+#: (``<!-- not run: ... -->``, see tests/support/doc_blocks.py) when the page is next edited.
+SHELL_BLOCKS_ELSEWHERE = {
+    ("README.md", "export REDIS_URL=redis://127.0.0.1:6379/0"):
+        "not run: sets the variable for the commands that follow in your own shell",
+    ("README.md", "hookline endpoint add shop-42 --url https://example.com/webhooks   # prints "
+                  "the signing secret once"):
+        "not run: sends to example.com (no internet here); the guides' tests run the same "
+        "commands against a loopback receiver",
+    ("README.md", "celery -A hookline.worker worker -l info"):
+        "run by: tests/integration/test_host_projects.py",
+    ("README.md", 'hookline app add acme --name "Acme Corp"'):
+        "not run: sends to example.com (no internet here)",
+    ("README.md", "hookline stats                                   # queues, scheduled retries, "
+                  "dead letters, breakers"):
+        "not run: EVENT_ID is a placeholder",
+    ("README.md", "export FLOWER_BASIC_AUTH=\"ops:$(python -c 'import secrets; "
+                  "print(secrets.token_urlsafe(18))')\""):
+        "not run: Flower runs until stopped; tests/integration/test_flower.py starts it with "
+        "--address=127.0.0.1 and basic auth",
+    ("README.md", "make demo        # a virtualenv, Redis, a worker and a demo receiver; a few "
+                  "hundred events"):
+        "not run: make's targets, run by CI (.ci/run) and by hand",
+    ("docs/getting-started.md", "export REDIS_URL=redis://127.0.0.1:6379/0"):
+        "not run: sets the variable for the commands that follow in your own shell",
+    ("docs/getting-started.md", "hookline endpoint add shop-42 --url https://example.com/webhooks"
+                                "   # prints the secret once"):
+        "not run: sends to example.com (no internet here)",
+    ("docs/getting-started.md", "export REDIS_PASSWORD=$(openssl rand -hex 24)         # goes "
+                                "into REDIS_URL: URL-safe characters"):
+        "not run: needs a Docker engine, which this machine does not have",
+    ("docs/getting-started.md", "HOOKLINE_ALLOWED_NETWORKS=172.29.77.10/32 docker compose "
+                                "--profile demo up -d --build"):
+        "not run: needs a Docker engine, which this machine does not have",
+    ("docs/getting-started.md", "make demo        # virtualenv, install, Redis, a worker and a "
+                                "demo receiver; a few hundred events"):
+        "not run: make's targets, run by CI (.ci/run) and by hand",
+    ("docs/getting-started.md", "make install                                   # or: pip "
+                                "install -e '.[dev]'"):
+        "not run: the worker and Flower run until stopped, and the endpoint is example.com",
+    # Every block of the page, run in order by its test.
+    ("docs/quickstart.md", "*"): "run by: tests/integration/test_quickstart.py",
+}
+
+
+def _shell_blocks() -> list[Any]:
+    from tests.support.doc_blocks import code_blocks
+
+    return [block for path in _user_docs() for block in code_blocks(path) if block.is_shell]
+
+
+def _accounting(block: Any) -> tuple[str, str] | None:
+    """What says whether ``block`` runs: its marker, else its entry in the table above."""
+    if block.marker is not None:
+        return block.marker
+    page = str(block.page.relative_to(ROOT))
+    entry = SHELL_BLOCKS_ELSEWHERE.get((page, block.first_line)) or SHELL_BLOCKS_ELSEWHERE.get(
+        (page, "*"))
+    if entry is None:
+        return None
+    kind, _, what = entry.partition(": ")
+    return kind, what
+
+
+def test_every_shell_block_is_run_by_a_test_or_says_why_not() -> None:
+    """Every ```sh (bash, shell, console) block in README.md and docs/ is run by a named test
+    that reads the page, or is marked as not runnable here with its reason."""
+    unaccounted, wrong = [], []
+    for block in _shell_blocks():
+        where = f"{block.page.relative_to(ROOT)}:{block.line}"
+        accounting = _accounting(block)
+        if accounting is None:
+            unaccounted.append(f"{where} ({block.first_line[:60]})")
+            continue
+        kind, what = accounting
+        if kind == "not run" and len(what.split()) < 3:
+            wrong.append(f"{where}: say why it is not run: {what!r}")
+        if kind == "run by":
+            test = ROOT / what.split("::")[0]
+            page = str(block.page.relative_to(ROOT))
+            if not test.is_file():
+                wrong.append(f"{where}: no test {what}")
+            elif block.page.name != "README.md" and page not in test.read_text():
+                wrong.append(f"{where}: {what} does not name {page}, so it cannot run it")
+    assert unaccounted == [], (
+        "shell blocks neither run by a test nor marked: put <!-- run by: tests/... --> or "
+        "<!-- not run: the reason --> on the line above each:\n  " + "\n  ".join(unaccounted))
+    assert wrong == [], "\n".join(wrong)
+
+
+def test_the_table_of_shell_blocks_elsewhere_names_blocks_that_exist() -> None:
+    blocks = {(str(block.page.relative_to(ROOT)), block.first_line) for block in _shell_blocks()}
+    blocks |= {(page, "*") for page, _ in blocks}
+    assert set(SHELL_BLOCKS_ELSEWHERE) - blocks == set()
+
+
+def test_no_shell_command_hides_in_an_indented_block() -> None:
+    """An indented code block cannot carry the marker: shell commands go in a fenced block."""
+    from tests.support.doc_blocks import indented_commands
+
+    found = [f"{path.relative_to(ROOT)}:{line}: {text}" for path in _user_docs()
+             for line, text in indented_commands(path)]
+    assert found == [], "fence these as ```sh blocks (and mark them):\n  " + "\n  ".join(found)

@@ -31,6 +31,7 @@ LAYERS = [
     ("store", ["hookline.store"]),
     ("transport", ["hookline.transport"]),
     ("delivery", ["hookline.delivery"]),
+    ("outbox", ["hookline.outbox"]),
     ("worker", ["hookline.worker"]),
     ("service", ["hookline.service"]),
     ("faces", ["hookline.api", "hookline.cli", "hookline.contrib", "hookline.console",

@@ -40,3 +40,25 @@ def test_filter_rewrites_a_record_naming_a_url():
     assert redact.RedactingFilter().filter(record)
     assert "t0k3n" not in record.getMessage() and "sig=1" not in record.getMessage()
     assert '"POST /in/***?*** HTTP/1.1" 200 2' in record.getMessage()
+
+
+@pytest.mark.parametrize(("given", "shown"), [
+    ("notaurl", "notaurl"),
+    ("localhost:6379", "localhost:6379"),
+    ("redis://:s3cret@", "redis://***@"),
+    ("redis://:s3cret", "redis://:***"),
+    (":s3cret@redis.internal", "***@redis.internal"),
+    ("user:s3cret@redis.internal:6379/0", "***@redis.internal:6379/***"),
+    ("redis:/:s3cret@redis.internal", "***@redis.internal"),
+    ("redis://u:s3cret@redis.internal:notaport/0", "redis://***@redis.internal:***/***"),
+    ("redis://u:s3cret@[::1/0", "redis://***@[::1/***"),
+    ("redis://:s3cret@[::1]:s3cret/0", "redis://***@[::1]:***/***"),
+    ("redis://:s3/cret@redis.internal/0", "redis://***@redis.internal/***"),
+    ("redis://:s3#cret@redis.internal:6379", "redis://***@redis.internal:6379"),
+    ("redis://:s3?cret@redis.internal/0", "redis://***@redis.internal/***"),
+    ("redis://:s3@cret@redis.internal/0", "redis://***@redis.internal/***"),
+])
+def test_a_malformed_url_shows_its_scheme_and_host_and_never_its_password(given, shown):
+    assert redact.url(given) == shown
+    for part in ("s3cret", "cret", "s3"):
+        assert part not in redact.url(given)

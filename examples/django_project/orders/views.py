@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from examples.django_project.orders.models import Order
+from hookline import RedisUnavailable
 from hookline.contrib.django import send_webhook_on_commit
 
 
@@ -24,7 +25,8 @@ class PaymentDeclined(Exception):
 @require_POST
 def create_order(request: HttpRequest) -> JsonResponse:
     """Body: ``{"customer": "ada", "total": "9.99"}``. ``"payment": "declined"`` makes the
-    payment fail after the webhook was requested, to show that nothing is sent then."""
+    payment fail after the webhook was requested, to show that nothing is sent then. With
+    Hookline's Redis stalled or down the answer is a 503 within ``HOOKLINE_REDIS_TIMEOUT``."""
     try:
         body = json.loads(request.body or b"{}")
         customer, total = str(body["customer"]), Decimal(str(body["total"]))
@@ -44,4 +46,9 @@ def create_order(request: HttpRequest) -> JsonResponse:
     except PaymentDeclined as exc:
         # Rolled back: the order is gone and its order.created event was never enqueued.
         return JsonResponse({"error": str(exc), "event_id": event_id}, status=402)
+    except RedisUnavailable as exc:
+        # Redis did not answer in time (or refused): raised at the event's check, inside the
+        # transaction, which rolled back; or at the commit, after the order was stored (the
+        # enqueue.failed log line names the event then). Either way, say so now.
+        return JsonResponse({"error": str(exc), "event_id": event_id}, status=503)
     return JsonResponse({"order_id": order.pk, "event_id": event_id}, status=201)

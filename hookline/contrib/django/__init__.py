@@ -14,6 +14,11 @@ The event is checked at once (``WebhookInputError`` at the call site) and enqueu
 the transaction commits: a rolled-back transaction sends nothing. ``publish_on_commit`` does the
 same for ``hookline.publish`` (an event for every subscribed endpoint of an application).
 
+With ``HOOKLINE_OUTBOX=on`` both write the event as a row of the transactional outbox
+(:class:`hookline.contrib.django.models.OutboxRow`, ``manage.py migrate`` creates its table) in
+the same transaction, and a worker's relay publishes it once committed: the call never touches
+Redis, and no committed event is lost to a Redis outage or a crash (docs/guides/outbox.md).
+
 Operational events are Django signals here (:data:`endpoint_disabled`,
 :data:`event_dead_lettered`, :data:`endpoint_failing`, :data:`endpoint_recovered`), sent with
 the endpoint id as ``sender`` and the keyword arguments ``event`` (a
@@ -29,24 +34,28 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.dispatch import Signal
 
-from hookline.api.enqueue import prepare_event
 from hookline.contrib.framework import (
-    check_environment,
     enqueue_logged,
     forward_operational,
     prepare_publication,
     publish_logged,
 )
 from hookline.core import operational_events
-from hookline.core.config import ConfigError, Settings
 from hookline.core.logs import log_event
 from hookline.core.operational_events import OperationalEvent
+
+if TYPE_CHECKING:
+    from hookline.core.config import Settings
+    from hookline.outbox.rows import OutboxRow
+
+# Django imports this module at django.setup(): the settings, the checks and the outbox's rows
+# are imported by the calls that use them, so a web process pays for them when it sends.
 
 __all__ = ["check_configuration", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
            "event_dead_lettered", "publish_on_commit", "send_webhook_on_commit"]
@@ -87,6 +96,9 @@ def check_configuration() -> Settings:
     Django setting (Hookline does not read Django settings)."""
     from django.conf import settings as django_settings
 
+    from hookline.contrib.framework import check_environment
+    from hookline.core.config import ConfigError
+
     names = [name for name in dir(django_settings) if name.startswith("HOOKLINE")]
     try:
         return check_environment(names, source="Django settings")
@@ -113,7 +125,23 @@ def send_webhook_on_commit(
     rolled-back transaction leaves the id free. If the
     broker cannot be reached at commit time the error propagates from the commit (the data is
     committed, the event is not queued) and an ``enqueue.failed`` line names the event.
+    Either check, here or at the commit, raises :class:`hookline.RedisUnavailable` once Redis
+    has not answered for ``HOOKLINE_REDIS_TIMEOUT`` (at once when it refuses connections).
+
+    With ``HOOKLINE_OUTBOX=on`` the event is a row of the outbox written now, in the
+    transaction (at once outside one): only what needs no Redis is checked here, and the relay
+    dead-letters, with its reason, an event whose endpoint is unknown or whose id is bound to
+    other content.
     """
+    from hookline.core.config import settings
+
+    if settings().outbox:
+        from hookline.outbox.rows import webhook_row
+
+        return _write(webhook_row(endpoint_id, event_type, payload, event_id,
+                                  deadline=deadline, ordering_key=ordering_key), using)
+    from hookline.api.enqueue import prepare_event  # the direct path loads the publisher
+
     event = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline,
                           bind=False, ordering_key=ordering_key)
     transaction.on_commit(partial(enqueue_logged, event), using=using)
@@ -133,11 +161,32 @@ def publish_on_commit(
 ) -> str:
     """Publish an event to an application's subscribed endpoints (``hookline.publish``) when
     the current transaction of database ``using`` commits; returns its event id. Outside a
-    transaction it is published at once. The event type, id, payload and deadline are checked
-    now (``WebhookInputError``); ``hookline.publish`` checks the application and channels at
-    commit, where a failure propagates from the commit and a ``publish.failed`` line names the
-    event. A rolled-back transaction publishes nothing."""
+    transaction it is published at once. The application id, event type, id, payload,
+    channels and deadline are checked now (``WebhookInputError``); ``hookline.publish`` checks
+    that the application exists (and the catalog) at commit, where a failure propagates from
+    the commit and a ``publish.failed`` line names the event. A rolled-back transaction
+    publishes nothing. With ``HOOKLINE_OUTBOX=on`` the event is a row of the outbox written in
+    the transaction, and the relay publishes it (an unknown application, or a type the catalog
+    or a schema refuses, ends as a dead letter with its reason)."""
+    from hookline.core.config import settings
+
+    if settings().outbox:
+        from hookline.outbox.rows import publication_row
+
+        return _write(publication_row(app_id, event_type, payload, event_id,
+                                      channels=channels, deadline=deadline,
+                                      ordering_key=ordering_key), using)
     publication = prepare_publication(app_id, event_type, payload, event_id, channels,
                                       deadline, ordering_key)
     transaction.on_commit(partial(publish_logged, publication), using=using)
     return publication.event_id
+
+
+def _write(row: OutboxRow, using: str | None) -> str:
+    """Add ``row`` to the outbox, in the current transaction of database ``using``."""
+    from django.db import DEFAULT_DB_ALIAS
+
+    from hookline.contrib.django.models import OutboxRow as Row
+
+    Row.objects.using(using or DEFAULT_DB_ALIAS).create(**row.values())
+    return row.event_id

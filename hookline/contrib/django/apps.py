@@ -22,6 +22,7 @@ class HooklineConfig(AppConfig):
 
     def ready(self) -> None:
         checks.register(check_settings)
+        checks.register(check_console_extra, checks.Tags.urls)
 
 
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -38,3 +39,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     except ImproperlyConfigured as error:
         return [checks.Error(str(error), id="hookline.E001")]
     return []
+
+
+def check_console_extra(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The console mounted (``include("hookline.contrib.django.console")``) without its extra
+    as the system check error ``hookline.E002``: one line naming the extra, no traceback. The
+    project's URLconf is loaded to know (Django's own URL check loads it too); one that fails
+    to load is left to that check."""
+    import sys
+
+    from django.urls import get_resolver
+
+    try:
+        get_resolver().url_patterns  # noqa: B018 - imports the URLconf and what it includes
+    except Exception:
+        return []
+    console = sys.modules.get("hookline.contrib.django.console")
+    missing = getattr(console, "MISSING_EXTRA", None)
+    return [checks.Error(missing, id="hookline.E002")] if missing else []

@@ -17,6 +17,12 @@ project has ``CsrfViewMiddleware``), and the console's forms carry Django's
 (:func:`hookline.console.make_app`); its links carry the prefix the project includes it under.
 Pages named in ``HOOKLINE_CONSOLE_FRAME_ANCESTORS`` may frame it, as they may the standalone
 console (none by default).
+
+The console needs its extra (``pip install 'hookline[console]'``: Jinja2 and Werkzeug). Without
+it this module still imports, so the project's other URLs work, and the missing extra is one
+line: the system check ``hookline.E002`` (``manage.py check``, ``runserver`` and ``migrate``
+refuse to go on, without a traceback) and, under a WSGI server, which runs no checks, an
+``ImproperlyConfigured`` with the same message from every console URL.
 """
 
 from __future__ import annotations
@@ -27,25 +33,39 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.http import HttpRequest, HttpResponse, RawPostDataException
 from django.middleware.csrf import get_token
 from django.urls import re_path
 from django.views.decorators.csrf import csrf_protect
-from werkzeug.wrappers import Request
 
-from hookline.console.app import Console, make_app
-from hookline.console.mount import (
-    Mounted,
-    call_console,
-    frame_ancestors,
-    host_actor,
-    host_authorizer,
-    host_request,
-    prefix_of,
-    session_digest,
-)
-from hookline.console.security import HostCsrf
+#: The modules the ``console`` extra brings (``pip install 'hookline[console]'``).
+CONSOLE_MODULES = frozenset({"jinja2", "werkzeug", "markupsafe"})
+#: Without the console's extra: the one-line error every console URL raises (and the system
+#: check ``hookline.E002`` reports); None when the extra is installed.
+MISSING_EXTRA: str | None = None
+try:
+    from werkzeug.wrappers import Request
+
+    from hookline.console.app import Console, make_app
+    from hookline.console.mount import (
+        Mounted,
+        call_console,
+        frame_ancestors,
+        host_actor,
+        host_authorizer,
+        host_request,
+        prefix_of,
+        session_digest,
+    )
+    from hookline.console.security import HostCsrf
+except ModuleNotFoundError as exc:
+    _missing = (exc.name or "").partition(".")[0]
+    if _missing not in CONSOLE_MODULES:
+        raise
+    MISSING_EXTRA = ("the Hookline console is mounted but its extra is not installed (no "
+                     f"module named {_missing!r}): "
+                     "pip install 'hookline[console]'")
 
 #: The permission to see the console's pages.
 VIEW_PERMISSION = "hookline.view_console"
@@ -99,6 +119,8 @@ def _response(status: int, headers: list[tuple[str, str]], body: bytes) -> HttpR
 @csrf_protect
 def console_view(request: HttpRequest, path: str = "") -> HttpResponse:
     """Every console URL: the project's sign-in and permissions first, then the console."""
+    if MISSING_EXTRA is not None:
+        raise ImproperlyConfigured(MISSING_EXTRA)
     if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
     if not request.user.has_perm(VIEW_PERMISSION):

@@ -11,7 +11,10 @@
 --                                        counter (attempts started and not yet settled)
 -- KEYS[3]  hookline:{ep}:done:<event>    Hookline 0.2's done marker, honoured (read with the
 -- KEYS[4]  hookline:{ep}:digest:<event>  record in one MGET) and its content binding
--- KEYS[5]  (optional, where the broker is this Redis) the delivery queue's doorbell: a
+-- KEYS[5]  hookline:{ep}:leases          the endpoint's attempts in flight (piece_leases.lua):
+--                                        this attempt's lease is added, a lease it takes over
+--                                        removed
+-- KEYS[6]  (optional, where the broker is this Redis) the delivery queue's doorbell: a
 --          duplicate that is its ordered key's head lets the next of the line go
 -- ARGV[1]  token of this attempt
 -- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
@@ -51,6 +54,7 @@
 --#include piece_held.lua
 --#include piece_record.lua
 --#include piece_order.lua
+--#include piece_leases.lua
 -- The event id is an idempotency key: the first content that reached an existing endpoint
 -- with it (here or at enqueue, claim.lua) owns it; another content under it is a conflict.
 local strings = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])
@@ -61,8 +65,8 @@ if ARGV[7] ~= '' and bound and bound ~= ARGV[7] then
 end
 if state['done'] or strings[2] then
   -- A second copy of a delivered event that waited in its key's line: the key goes on.
-  if KEYS[5] and redis.call('HGET', KEYS[1], 'ordered') == '1' then
-    order_advance(KEYS[1], ARGV[9], ARGV[10], KEYS[5])
+  if KEYS[6] and redis.call('HGET', KEYS[1], 'ordered') == '1' then
+    order_advance(KEYS[1], ARGV[9], ARGV[10], KEYS[6])
   end
   return {'duplicate'}
 end
@@ -123,13 +127,15 @@ if config['ordered'] == '1' then
 end
 
 -- The endpoint's attempts in flight (given back by settle.lua, or by release_dead.lua for a
--- dead process's), and its hard cap across all workers. An attempt taking over a lease that
--- ran out takes over its count too.
-local takeover = state['t'] ~= nil
+-- dead process's), and its hard cap across all workers. At the cap by the count, the leases
+-- are counted: those that ran out (a settle lost with a Redis restart) hold no slot.
 local inflight = tonumber(config['inflight']) or 0
 local cap = tonumber(config['max_in_flight']) or 0
-if cap > 0 and not takeover and inflight >= cap then
-  return refuse({'capped', inflight})
+if cap > 0 and inflight >= cap then
+  inflight = leases_live(KEYS[5], KEYS[1], now, config['inflight'])
+  if inflight >= cap then
+    return refuse({'capped', inflight})
+  end
 end
 
 -- Rate limit: GCRA on the theoretical arrival time (tat), strict for every event, so a
@@ -171,14 +177,17 @@ if starts > tonumber(ARGV[3]) then
   return {'poison', starts - 1}
 end
 state['s'] = starts
+-- A lease that ran out is taken over: its member leaves the leases (the count with it).
+local taken_over = state['t'] and redis.call('ZREM', KEYS[5], state['t']) or 0
 state['t'], state['lu'] = ARGV[1], now + math.ceil(lease_ms)
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', ttl)
+redis.call('ZADD', KEYS[5], state['lu'], ARGV[1])
 
 local breaker_fields = {}
 if new_tat then
   breaker_fields = {'tat', new_tat}
 end
-if not takeover then
+if taken_over == 0 then
   breaker_fields[#breaker_fields + 1] = 'inflight'
   breaker_fields[#breaker_fields + 1] = inflight + 1
 end

@@ -52,8 +52,10 @@
 --              consumer is busy).
 -- KEYS[8+2Q...] per endpoint of ARGV[12...], in that order: its hash (hookline:{ep}:endpoint:
 --              breaker, pause, inflight, max_in_flight, waiting), its schedule index
---              (hookline:{schedule}:by_endpoint:<ep>) and its waiting list
---              (hookline:fair:waiting:<ep>)
+--              (hookline:{schedule}:by_endpoint:<ep>), its waiting list
+--              (hookline:fair:waiting:<ep>) and its leases (hookline:{ep}:leases: an
+--              endpoint counted in flight has its leases that ran out pruned and its count
+--              mended, piece_leases.lua)
 -- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
 -- ARGV[2]      '1' to park held endpoints' deliveries here (and share the slots), '0' not to
 -- ARGV[3]      most retries scheduled in all;  ARGV[4]  most for one endpoint
@@ -68,7 +70,12 @@
 --              behind it (0: never)
 -- ARGV[11]     '1' to look for waiting deliveries of every endpoint (the consumer was told of
 --              some), '0' to look only at the endpoints met
--- ARGV[12...]  endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
+-- ARGV[12]     the default max age, seconds: a delivery held behind a failing endpoint (open
+--              breaker, probe, Retry-After block; not a pause) since longer than its
+--              endpoint's max age (retry_policy, else this) is not parked but taken, and the
+--              worker dead-letters it as expired (its header hookline_since: first attempted,
+--              else published, Unix seconds)
+-- ARGV[13...]  endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
 -- Returns      {kind, waiting, ...}: waiting is '1' when deliveries wait for their share
 --              after this call, else '0'; then by kind:
 --              {'message', w, n, list key, unacked member, ... (n pairs), parked...} for the n
@@ -93,6 +100,7 @@
 --#include piece_held.lua
 --#include piece_park.lua
 --#include piece_order.lua
+--#include piece_leases.lua
 local park_held = ARGV[2] == '1'
 local parked = {}
 local now_ms = nil
@@ -115,11 +123,11 @@ local doorbells = {}
 for i = first_queue, last_queue do
   doorbells[KEYS[i]] = KEYS[i + queues]
 end
--- endpoint id -> {hash key, schedule index key, waiting list key}
+-- endpoint id -> {hash key, schedule index key, waiting list key, leases key}
 local endpoint_keys = {}
-for j = 12, #ARGV do
-  local at = last_queue + queues + 3 * (j - 12) + 1
-  endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1], KEYS[at + 2]}
+for j = 13, #ARGV do
+  local at = last_queue + queues + 4 * (j - 13) + 1
+  endpoint_keys[ARGV[j]] = {KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3]}
 end
 
 -- The messages taken so far: list key, member, list key, member...
@@ -191,14 +199,46 @@ local function fields(endpoint, own)
   if not found then
     found = redis.call('HMGET', own[1], 'state', 'open_until', 'probe_until', 'blocked_until',
                        'tat', 'book', 'paused_at', 'inflight', 'max_in_flight', 'waiting',
-                       'wake', 'ordered')
+                       'wake', 'ordered', 'retry_policy')
     fields_of[endpoint] = found
+    if fair and (tonumber(found[8]) or 0) > 0 then
+      -- counted in flight: only the leases that have not run out hold a slot
+      found[8] = leases_live(own[4], own[1], clock(), found[8])
+    end
     if found[10] and not waiting[endpoint] then
       waiting[endpoint] = true
       known = known + 1
     end
   end
   return found
+end
+
+-- endpoint id -> its max age, seconds (its retry_policy's, else ARGV[12]), read once a call
+local max_age_of = {}
+local function max_age(endpoint, f)
+  local found = max_age_of[endpoint]
+  if not found then
+    found = tonumber(ARGV[12]) or 0
+    if f[13] then
+      local ok, policy = pcall(cjson.decode, f[13])
+      if ok and type(policy) == 'table' and tonumber(policy['max_age']) then
+        found = tonumber(policy['max_age'])
+      end
+    end
+    max_age_of[endpoint] = found
+  end
+  return found
+end
+
+-- Whether a delivery (its `headers`) held behind its endpoint (hash fields `f`) has waited
+-- past the endpoint's max age.
+local function held_too_long(endpoint, headers, f)
+  local since = tonumber(headers['hookline_since'])
+  if not since then
+    return false
+  end
+  local limit = max_age(endpoint, f)
+  return limit > 0 and clock() / 1000 - since > limit
 end
 
 -- Whether `endpoint` (hash fields `f`) is at its cap or its share; `behind`: a message taken
@@ -343,6 +383,9 @@ local function consider(key, item, from_waiting, aside)
       return 'lined', endpoint
     end
     countdown, why = held(f)
+    if countdown and why ~= 'paused' and held_too_long(endpoint, headers, f) then
+      countdown = nil  -- to a worker, which dead-letters it as expired
+    end
   else
     endpoint = nil
   end

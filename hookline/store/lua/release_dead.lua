@@ -4,6 +4,7 @@
 -- with the dead process's prefix is touched: an attempt of a live process keeps its own.
 -- KEYS[1]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
 -- KEYS[2]  hookline:{ep}:endpoint          the endpoint hash (its 'inflight' count)
+-- KEYS[3]  hookline:{ep}:leases            the endpoint's leases (piece_leases.lua)
 -- ARGV[1]  the dead process's attempt-token prefix
 -- Returns  1 when a lease was released, else 0
 --#include piece_record.lua
@@ -15,8 +16,11 @@ if type(holder) ~= 'string' or string.sub(holder, 1, #ARGV[1]) ~= ARGV[1] then
 end
 state['t'], state['lu'] = nil, nil
 redis.call('SET', KEYS[1], record_text(state, rest), 'KEEPTTL')
-local inflight = tonumber(redis.call('HGET', KEYS[2], 'inflight')) or 0
-if inflight > 0 then
-  redis.call('HINCRBY', KEYS[2], 'inflight', -1)
+-- The count goes down with the lease (one that ran out left the set, and the count, already).
+if redis.call('ZREM', KEYS[3], holder) == 1 then
+  local inflight = tonumber(redis.call('HGET', KEYS[2], 'inflight')) or 0
+  if inflight > 0 then
+    redis.call('HINCRBY', KEYS[2], 'inflight', -1)
+  end
 end
 return 1

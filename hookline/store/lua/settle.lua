@@ -31,11 +31,12 @@
 --          worker measured it); '' or 0 to read TIME here
 -- ARGV[18] '1': the history lives in the delivery record (its lifetime, ARGV[3], is the
 --          history's); '0': in KEYS[3]
--- KEYS[4]  the doorbell of the delivery queue: a 'w' token is pushed when this attempt gave
+-- KEYS[4]  hookline:{ep}:leases: this attempt's lease leaves it (piece_leases.lua)
+-- KEYS[5]  the doorbell of the delivery queue: a 'w' token is pushed when this attempt gave
 --          back an in-flight slot of an endpoint whose deliveries wait for their share while
 --          a consumer blocked (its 'wake' flag, consume.lua), so one takes the next at once
--- KEYS[5]  (optional) the broker's unacked records (the broker is this Redis)
--- ARGV[19] (optional) the message's member in KEYS[5]. The fence: when it is no longer
+-- KEYS[6]  (optional) the broker's unacked records (the broker is this Redis)
+-- ARGV[19] (optional) the message's member in KEYS[6]. The fence: when it is no longer
 --          there, the message was restored to another worker (this process was declared
 --          dead, hookline/transport/liveness.py) and nothing of this outcome is written. When ARGV[20]
 --          is '1' (the outcome is 'delivered') it is removed here, so the message is
@@ -47,8 +48,9 @@
 --          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
 --          else ''; fenced is 1 when a fence refused the outcome (nothing written): the
 --          record gone (above), or the lease now held by another attempt (below).
--- The endpoint's in-flight count (admit.lua) goes down by one when the attempt held its
--- lease (an attempt whose lease was taken over gave its count to the one that took it).
+-- The endpoint's in-flight count (admit.lua) goes down by one when the attempt's lease was
+-- still among the endpoint's leases (one that ran out and was pruned was counted out then;
+-- one taken over went with the takeover).
 -- Commands: the delivery record read with one GET and written with one SET; the endpoint's
 -- breaker and recent record read with one HMGET and written with one HSET (an HDEL when a
 -- state ends);
@@ -60,10 +62,10 @@
 local outcome = ARGV[2]
 if ARGV[19] and ARGV[19] ~= '' then
   if ARGV[20] == '1' then
-    if redis.call('ZREM', KEYS[5], ARGV[19]) == 0 then
+    if redis.call('ZREM', KEYS[6], ARGV[19]) == 0 then
       return {0, '', 1}
     end
-  elseif not redis.call('ZSCORE', KEYS[5], ARGV[19]) then
+  elseif not redis.call('ZSCORE', KEYS[6], ARGV[19]) then
     return {0, '', 1}
   end
 end
@@ -132,11 +134,11 @@ elseif outcome == 'delivered' or outcome == 'rejected' or outcome == 'throttled'
   end
 end
 
-if held == 1 and breaker[8] then
+if redis.call('ZREM', KEYS[4], ARGV[1]) == 1 and breaker[8] then
   put('inflight', math.max(0, (tonumber(breaker[8]) or 0) - 1))
   if breaker[9] then
     -- deliveries wait for this endpoint's share and a consumer blocked (consume.lua's wake)
-    redis.call('LPUSH', KEYS[4], 'w')
+    redis.call('LPUSH', KEYS[5], 'w')
     drop[#drop + 1] = 'wake'
   end
 end
@@ -175,7 +177,7 @@ end
 
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[3]))
 if outcome == 'delivered' and ARGV[21] and ARGV[21] ~= '' then
-  order_advance(KEYS[1], ARGV[21], ARGV[10], KEYS[4])
+  order_advance(KEYS[1], ARGV[21], ARGV[10], KEYS[5])
 end
 if not breaker[7] then
   return {held, transition, 0}  -- the endpoint was removed meanwhile: nothing to record there

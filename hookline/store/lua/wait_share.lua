@@ -6,11 +6,14 @@
 -- KEYS[3]  hookline:fair:waiting, the set of endpoints with waiting deliveries
 -- KEYS[4]  hookline:{ep}:endpoint, the endpoint hash (inflight, max_in_flight, waiting)
 -- KEYS[5]  the delivery queue's doorbell
+-- KEYS[6]  hookline:{ep}:leases, the endpoint's attempts in flight (piece_leases.lua)
 -- ARGV[1]  the message's member in KEYS[1]
 -- ARGV[2]  the waiting entry: the broker list it came from, a newline, the message
 -- ARGV[3]  the endpoint id
 -- Returns  1 when set waiting; 0 when the member was gone (restored to another worker: the
 --          fence), and nothing was written
+--#include piece_clock.lua
+--#include piece_leases.lua
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
@@ -19,7 +22,7 @@ redis.call('HSET', KEYS[4], 'waiting', '1', 'wake', '1')
 redis.call('SADD', KEYS[3], ARGV[3])
 local state = redis.call('HMGET', KEYS[4], 'inflight', 'max_in_flight')
 local cap = tonumber(state[2]) or 0
-if cap == 0 or (tonumber(state[1]) or 0) < cap then
+if cap == 0 or leases_live(KEYS[6], KEYS[4], redis_now_ms(), state[1]) < cap then
   redis.call('LPUSH', KEYS[5], 'w')  -- an attempt ended meanwhile: take it now
 end
 return 1

@@ -1,0 +1,157 @@
+"""A worker's heap, watched: what its RSS is made of, sampled while it runs.
+
+    python -m bench.heapwatch <celery's arguments>     (the soak starts its workers so)
+
+Runs Celery's command line in this process, with a daemon thread that appends one JSON line
+to ``$HEAPWATCH_FILE`` every ``$HEAPWATCH_EVERY`` seconds (60):
+
+- ``rss``: the process's resident memory;
+- ``blocks``: Python's allocated blocks (``sys.getallocatedblocks``), live Python objects and
+  buffers: what a leak of Python objects grows;
+- ``malloc``: bytes glibc's malloc has handed out and not had back (``mallinfo2``: small
+  blocks plus mmapped ones), where C extensions (hiredis, OpenSSL, the socket buffers) keep
+  theirs; ``malloc_free``: bytes free inside its arenas, kept by the process (fragmentation);
+- ``objects`` and ``types``: the number of objects the collector tracks, and the 15 most
+  numerous types.
+
+A leak grows ``blocks`` or ``malloc`` with ``rss``; a high-water mark (a backlog after a fault
+held more at once, and the allocators keep the pages) grows ``rss`` in steps while they stay
+flat. ``bench.soak`` reports the slope of each.
+
+``HEAPWATCH_TRACEMALLOC=N`` also traces Python's allocations with N frames (``tracemalloc``,
+which costs the worker CPU and memory of its own: a diagnosis, not a measurement). Each sample
+then adds ``traced``, the bytes traced; and every ``$HEAPWATCH_TRACE_EVERY`` seconds (300)
+after the first ``$HEAPWATCH_TRACE_AFTER`` (900), ``traced_growth``: the 12 call stacks whose
+allocations grew most since the first of those snapshots. They name what holds memory that
+Python's allocator passed on to malloc, which ``blocks`` counts but does not size.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import json
+import os
+import sys
+import threading
+import time
+import tracemalloc
+from collections import Counter
+from typing import Any
+
+#: Seconds between two samples.
+EVERY = float(os.environ.get("HEAPWATCH_EVERY", "60"))
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo() -> Any:
+    """glibc's ``mallinfo2`` (None elsewhere: the sample leaves the fields out)."""
+    name = ctypes.util.find_library("c")
+    try:
+        function = ctypes.CDLL(name).mallinfo2
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+def sample(mallinfo: Any = None) -> dict[str, Any]:
+    """One sample of this process's heap (module docstring)."""
+    with open("/proc/self/statm") as statm:
+        rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    objects = gc.get_objects()
+    types = Counter(type(o).__name__ for o in objects)
+    found: dict[str, Any] = {"t": time.time(), "rss": rss, "blocks": sys.getallocatedblocks(),
+                             "objects": len(objects), "types": dict(types.most_common(15))}
+    del objects
+    if mallinfo is not None:
+        info = mallinfo()
+        found["malloc"] = info.uordblks + info.hblkhd
+        found["malloc_free"] = info.fordblks
+    return found
+
+
+class Tracer:
+    """Python's allocations, traced, and the stacks whose share grew (module docstring)."""
+
+    def __init__(self, frames: int, after: float, every: float) -> None:
+        tracemalloc.start(frames)
+        self.started, self.after, self.every = time.time(), after, every
+        self.baseline: dict[Any, int] | None = None
+        self.last = 0.0
+
+    def sample(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"traced": tracemalloc.get_traced_memory()[0]}
+        now = time.time()
+        if now - self.started < self.after or now - self.last < self.every:
+            return found
+        self.last = now
+        snapshot = tracemalloc.take_snapshot().filter_traces(  # not this watcher's own
+            [tracemalloc.Filter(False, tracemalloc.__file__),
+             tracemalloc.Filter(False, __file__, all_frames=True)])
+        sizes = {stat.traceback: stat.size for stat in snapshot.statistics("traceback")}
+        del snapshot
+        if self.baseline is None:
+            self.baseline = sizes
+            return found
+        baseline = self.baseline
+        grown = sorted(((size - baseline.get(where, 0), where) for where, size in sizes.items()),
+                       key=lambda pair: pair[0], reverse=True)[:12]
+        found["traced_growth"] = [{"bytes": size, "where": [_frame(f) for f in where]}
+                                  for size, where in grown if size > 0]
+        return found
+
+
+def _frame(frame: Any) -> str:
+    """``file:line``, with the site-packages or checkout prefix taken off."""
+    name = frame.filename
+    for marker in ("site-packages/", os.path.dirname(os.__file__) + "/",
+                   os.path.dirname(os.path.dirname(__file__)) + "/"):
+        if marker in name:
+            name = name.split(marker, 1)[1]
+    return f"{name}:{frame.lineno}"
+
+
+def _watch(path: str, every: float) -> None:
+    mallinfo = _mallinfo()
+    frames = int(os.environ.get("HEAPWATCH_TRACEMALLOC", "0"))
+    tracer = Tracer(frames, float(os.environ.get("HEAPWATCH_TRACE_AFTER", "900")),
+                    float(os.environ.get("HEAPWATCH_TRACE_EVERY", "300"))) if frames else None
+    while True:
+        found = sample(mallinfo)
+        if tracer is not None:
+            found.update(tracer.sample())
+        line = json.dumps(found)
+        with open(path, "a") as out:
+            out.write(line + "\n")
+        time.sleep(every)
+
+
+def read(path: str) -> list[dict[str, Any]]:
+    """The samples a watched worker wrote (none if it wrote no file)."""
+    try:
+        with open(path) as lines:
+            return [json.loads(line) for line in lines if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def main() -> None:
+    path = os.environ.get("HEAPWATCH_FILE")
+    if path:
+        threading.Thread(target=_watch, args=(path, EVERY), name="heapwatch",
+                         daemon=True).start()
+    from celery.__main__ import main as celery_main
+
+    sys.argv = ["celery", *sys.argv[1:]]
+    celery_main()
+
+
+if __name__ == "__main__":
+    main()
