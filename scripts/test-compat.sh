@@ -32,8 +32,7 @@ TESTS=(tests/store/test_broker.py tests/faults/test_crashes.py tests/integration
        tests/integration/test_django_example.py tests/integration/test_console_django.py
        tests/integration/test_console_extra.py tests/integration/test_outbox_web_path.py
        tests/integration/test_guides.py
-       # The publishing app (its backend found without Celery's entry-point scan). Last: at
-       # celery/kombu 5.6 the task-event tests fail when they run after it (not yet understood).
+       # The publishing app (its backend found without Celery's entry-point scan).
        tests/store/test_publisher.py)
 DISTS=(celery kombu billiard django)
 
