@@ -24,6 +24,9 @@ then adds ``traced``, the bytes traced; and every ``$HEAPWATCH_TRACE_EVERY`` sec
 after the first ``$HEAPWATCH_TRACE_AFTER`` (900), ``traced_growth``: the 12 call stacks whose
 allocations grew most since the first of those snapshots. They name what holds memory that
 Python's allocator passed on to malloc, which ``blocks`` counts but does not size.
+
+``HEAPWATCH_NO_HIREDIS=1`` runs the worker without hiredis (redis-py's own reply parser, in
+Python), to tell hiredis's share of ``malloc`` from the rest in one A/B run.
 """
 
 from __future__ import annotations
@@ -143,6 +146,9 @@ def read(path: str) -> list[dict[str, Any]]:
 
 
 def main() -> None:
+    if os.environ.get("HEAPWATCH_NO_HIREDIS"):
+        # Before redis-py is imported: it then finds no hiredis, and parses replies in Python.
+        sys.modules["hiredis"] = None  # type: ignore[assignment]
     path = os.environ.get("HEAPWATCH_FILE")
     if path:
         threading.Thread(target=_watch, args=(path, EVERY), name="heapwatch",
