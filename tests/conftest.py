@@ -53,7 +53,6 @@ from celery.signals import after_task_publish  # noqa: E402
 # database (quiet_redis), it kept that database for the rest of the session, and the task-event
 # and Flower tests then listened there for a worker that publishes to the session's.
 import hookline.celeryconfig  # noqa: E402,F401
-
 from examples.receiver import Receiver  # noqa: E402
 from hookline.core.messages import DELIVERY_QUEUE  # noqa: E402
 from hookline.store import connection as store  # noqa: E402
