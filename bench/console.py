@@ -1,15 +1,17 @@
 """The console at scale: every page's answer time with 10,000 endpoints and 100,000 dead letters.
 
-    python -m bench.console [--endpoints N] [--dead-letters N] [--requests R] [--quick]
+    python -m bench.console [--endpoints N] [--dead-letters N] [--log-events N] [--requests R]
+                            [--quick]
 
 A private Redis is filled the way Hookline fills it, through the store's own writes (so every
 index a page reads is there): ``--endpoints`` endpoints over ``APPS`` applications, the
 ``--dead-letters`` spread over them, their reasons and the last week, in transactions of
-``BATCH`` entries; a few thousand scheduled retries; ``OPEN_BREAKERS`` open breakers; audit
-entries and a day of per-minute stats. Then each console page is asked for ``--requests``
-times (after two requests not timed) through werkzeug's test client against the standalone
-application, signed in with basic auth: the whole WSGI answer (authorization, the service's
-reads, the template) but no network.
+``BATCH`` entries; ``--log-events`` rows in the event log (through its script, pipelined,
+and measured with MEMORY USAGE: bytes per event); a few thousand scheduled retries;
+``OPEN_BREAKERS`` open breakers; audit entries and a day of per-minute stats. Then each
+console page is asked for ``--requests`` times (after two requests not timed) through
+werkzeug's test client against the standalone application, signed in with basic auth: the
+whole WSGI answer (authorization, the service's reads, the template) but no network.
 Reported: p50, p95 and the slowest answer per page, each page's verdict against
 ``TARGET_MS``, and the machine; and ``hookline stats``' full data (every endpoint and breaker,
 not a page: timed, not held to the target). Writes ``bench/results/console.json``.
@@ -52,6 +54,15 @@ STATS_MINUTES = 24 * 60
 SPREAD = 7 * 86400
 #: The basic-auth operator the bench signs in as.
 OPERATOR = ("bench", "bench-password")
+#: The event log's seeded rows: how far back, their types and statuses (as often as listed).
+LOG_SPREAD = 2 * 86400
+LOG_TYPES = ("order.created", "order.paid", "order.shipped", "order.refunded", "invoice.sent",
+             "invoice.paid", "customer.created", "customer.updated", "subscription.renewed",
+             "subscription.cancelled", "payment.failed", "payment.succeeded")
+LOG_STATUSES = ("delivered",) * 18 + ("retrying", "dead")
+#: The receiver's answer three dead letters in four keep (the list's last error); the fourth
+#: keeps none, as one moved from the retry schedule: the list looks in its event's history.
+ANSWER = '{"error": "service unavailable", "retry_after": 30, "request_id": "4f1c9a07e2"}'
 #: Reasons the seeded dead letters are given, most often first.
 SEEDED_REASONS = ("exhausted", "exhausted", "exhausted", "rejected", "endpoint_disabled",
                   "expired", "endpoint_gone")
@@ -109,8 +120,56 @@ def seed_dead_letters(endpoint_ids: list[str], count: int, now: float) -> None:
                 payload={"order": n, "total": "12.50"},
                 reason=SEEDED_REASONS[n % len(SEEDED_REASONS)], attempts=8,
                 first_attempt_at=at - 3600, last_attempt_at=at, last_status=503,
-                last_error="503 Service Unavailable", dead_lettered_at=at, enqueued_at=at - 3600))
+                last_error="", last_response=ANSWER if n % 4 else "",
+                dead_lettered_at=at, enqueued_at=at - 3600))
         queue._write(batch)  # the write add() makes, without its per-entry replica wait
+
+
+def seed_event_log(endpoint_ids: list[str], count: int, now: float) -> dict[str, Any]:
+    """``count`` rows in the event log through its own script (``log_event.lua``, what a
+    held or dead delivery writes; settle.lua writes the same), pipelined ``BATCH`` at a time:
+    spread over the endpoints, ``LOG_TYPES``, the statuses (``LOG_STATUSES``) and the last
+    ``LOG_SPREAD``. Returns the Redis memory they take (:func:`log_memory`)."""
+    from hookline.store.event_log import STATUS_LETTERS, EventLog, endpoint_prefix, log_args
+
+    log = EventLog()
+    age_ms, most = log_args()
+    chooser = random.Random(34)
+    start_ms = int((now - LOG_SPREAD) * 1000)
+    for start in range(0, count, BATCH * 5):
+        pipe = log.redis.pipeline(transaction=False)
+        for n in range(start, min(start + BATCH * 5, count)):
+            endpoint_id = endpoint_ids[n % len(endpoint_ids)]
+            log._script(keys=[f"{endpoint_prefix(endpoint_id)}log"], client=pipe, args=[
+                "row", endpoint_prefix(endpoint_id), log.inline_prefix(endpoint_id),
+                endpoint_id, f"log-{n:07d}",
+                STATUS_LETTERS[LOG_STATUSES[chooser.randrange(len(LOG_STATUSES))]],
+                LOG_TYPES[chooser.randrange(len(LOG_TYPES))], 1 + n % 3,
+                chooser.choice((200, 204, 503, 0)),
+                start_ms + (LOG_SPREAD * 1000) * n // count, age_ms, most])
+        pipe.execute()
+    return log_memory(log.redis, log.shards)
+
+
+def log_memory(client: Any, shards: Any) -> dict[str, Any]:
+    """``MEMORY USAGE <key> SAMPLES 0`` (every element counted) summed over the event log's
+    keys: each endpoint's ``log`` and ``log_rows``, each shard's indexes and types; per row."""
+    keys = [key for shard in shards
+            for key in client.scan_iter(match=f"{shard.prefix}*", count=1000)]
+    endpoint_keys = [key for key in client.scan_iter(match="hookline:{*}:log*", count=5000)]
+    total = 0
+    for group in (keys, endpoint_keys):
+        for start in range(0, len(group), BATCH):
+            pipe = client.pipeline(transaction=False)
+            for key in group[start:start + BATCH]:
+                pipe.memory_usage(key, samples=0)
+            total += sum(size or 0 for size in pipe.execute())
+    pipe = client.pipeline(transaction=False)
+    row_keys = [key for key in endpoint_keys if key.endswith(":log_rows")]
+    for key in row_keys:
+        pipe.hlen(key)
+    rows = sum(pipe.execute())
+    return {"rows": rows, "bytes": total, "bytes_per_event": round(total / max(rows, 1), 1)}
 
 
 def seed_retries(endpoint_ids: list[str]) -> None:
@@ -182,6 +241,9 @@ def seed(options: argparse.Namespace) -> tuple[Seeded, dict[str, float]]:
     seed_breakers(endpoint_ids)
     seed_audit_and_stats(endpoint_ids, now)
     seconds["retries_audit_stats"] = time.monotonic() - started
+    started = time.monotonic()
+    options.log_memory = seed_event_log(endpoint_ids, options.log_events, now)
+    seconds["event_log"] = time.monotonic() - started
     from hookline.store.deadletter import DeadLetterQueue
     from hookline.store.events import EventView
 
@@ -226,14 +288,32 @@ def page_urls(console: Any, seeded: Seeded) -> dict[str, str]:
     add("dead letters by reason and time", "dead_letters.letter_list",
         {"reason": "rejected", "since": int(seeded.since), "until": int(seeded.until)})
     add("dead letters by status", "dead_letters.letter_list", {"status": 503})
+    add("dead letters, oldest first", "dead_letters.letter_list", {"order": "oldest"})
+    add("purge dry run", "dead_letters.purge_confirm", {"reason": "expired"})
+    add("purge dry run by status", "dead_letters.purge_confirm", {"status": 503})
     add("bulk replay dry run", "dead_letters.bulk_confirm", {"reason": "expired"})
     add("bulk replay dry run by status", "dead_letters.bulk_confirm", {"status": 503})
     add("bulk replay dry run by status and reason", "dead_letters.bulk_confirm",
         {"status": 503, "reason": "expired"})
+    window = {"since": _iso(seeded.until - 3600), "until": _iso(seeded.until)}
+    add("event log", "events.event_search")
+    add("event log of an endpoint", "events.event_search", {"endpoint": seeded.endpoint_id})
+    add("event log by status (dead)", "events.event_search", {"status": "dead"})
+    add("event log by status (retrying)", "events.event_search", {"status": "retrying"})
+    add("event log by type prefix", "events.event_search", {"type": "invoice."})
+    add("event log by time window (an hour, a day ago)", "events.event_search", window)
+    add("event log, all filters", "events.event_search",
+        {"type": "order.", "status": "dead", **window})
     add("retry schedule", "overview.schedule")
     add("stats", "overview.stats")
     add("audit log", "overview.audit_log")
     return built
+
+
+def _iso(seconds: float) -> str:
+    from hookline.core.times import format_time_param
+
+    return format_time_param(round(seconds)).replace("+00:00", "Z")
 
 
 def timed(get: Callable[[str], Any], url: str, requests: int) -> dict[str, Any]:
@@ -317,6 +397,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 "retries": RETRIES, "audit_entries": AUDIT_ENTRIES,
                 "requests_per_page": options.requests, "seed_seconds": seed_seconds,
                 "redis_memory": memory, "open_breakers": OPEN_BREAKERS, "pages": pages,
+                "log_events": options.log_events, "event_log_memory": options.log_memory,
                 "cli_stats": cli_stats,
                 "all_within_target": bool(timed_pages) and all(
                     page["within_target"] and page["status"] == 200 for page in timed_pages)}
@@ -335,6 +416,10 @@ def report(result: dict[str, Any]) -> str:
         verdict = "ok" if page["within_target"] and page["status"] == 200 else "OVER"
         lines.append(f"| {name} | {page['status']} | {page['p50_ms']} | {page['p95_ms']} | "
                      f"{page['max_ms']} | {verdict} |")
+    memory = result["event_log_memory"]
+    lines.append(f"event log: {memory['rows']:,} rows, {memory['bytes']:,} bytes "
+                 f"(MEMORY USAGE ... SAMPLES 0 over its keys): "
+                 f"{memory['bytes_per_event']} bytes per event")
     lines.append("all pages within target" if result["all_within_target"]
                  else "NOT all pages within target")
     cli = result["cli_stats"]
@@ -347,12 +432,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--endpoints", type=int, help="endpoints (10000; --quick 1000)")
     parser.add_argument("--dead-letters", type=int, help="dead letters (100000; --quick 10000)")
+    parser.add_argument("--log-events", type=int,
+                        help="rows in the event log (1000000; --quick 100000)")
     parser.add_argument("--requests", type=int, default=30, help="timed requests per page")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--output", type=Path, default=OUTPUT)
     options = parser.parse_args(argv)
     options.endpoints = options.endpoints or (1000 if options.quick else 10_000)
     options.dead_letters = options.dead_letters or (10_000 if options.quick else 100_000)
+    options.log_events = options.log_events or (100_000 if options.quick else 1_000_000)
     return run_bench(run, options, report)
 
 

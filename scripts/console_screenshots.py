@@ -1,5 +1,5 @@
-"""Take the console's and the portal's screenshots for the docs (docs/images/console-*.png and
-portal-home.png), 1280x800 each.
+"""Take the console's and the portal's screenshots for the docs (docs/images/console-*.png,
+portal-home.png and portal-events.png), 1280x800 each.
 
     .venv/bin/python scripts/console_screenshots.py [--redis-port 6395] [--output docs/images]
 
@@ -290,6 +290,8 @@ def take_shots(driver: Any, base: str, output: Path, job_id: str) -> None:
     shoot(driver, f"{base}/", output / "console-overview.png")
     shoot(driver, f"{base}/endpoints/acme-billing", output / "console-endpoint.png")
     shoot(driver, f"{base}/events?event_id={SHOWN_EVENT}", output / "console-event.png")
+    shoot(driver, f"{base}/events?endpoint=nw-legacy&status=dead&since=1h",
+          output / "console-event-log.png")
     shoot(driver, f"{base}/dead-letters?since=1h&order=newest",
           output / "console-dead-letters.png")
     shoot(driver, f"{base}/stats", output / "console-stats.png")
@@ -297,6 +299,7 @@ def take_shots(driver: Any, base: str, output: Path, job_id: str) -> None:
     signed_in(driver, None)
     driver.delete_all_cookies()
     shoot(driver, portal.portal_link("acme-shop"), output / "portal-home.png")
+    shoot(driver, f"{base}/portal/events", output / "portal-events.png")
 
 
 # -- the run ---------------------------------------------------------------------------------

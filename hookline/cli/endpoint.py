@@ -75,7 +75,9 @@ def endpoint() -> None:
 
 def _status(item: EndpointSummary) -> str:
     if not item.enabled:
-        return f"disabled ({item.disabled_reason or 'no reason'})"
+        since = f" since {format_time(item.disabled_at)}" if item.disabled_at else ""
+        by = f" by {item.disabled_by}" if item.disabled_by else ""
+        return f"disabled ({item.disabled_reason or 'no reason'}){since}{by}"
     return f"paused since {format_time(item.paused_at)}" if item.paused else "enabled"
 
 

@@ -56,9 +56,15 @@ CONSOLE = Face("base.html", {
     "endpoint": "endpoints.endpoint_show", "pause": "endpoints.pause",
     "resume": "endpoints.resume", "disable": "endpoints.disable", "enable": "endpoints.enable",
     "reset_breaker": "endpoints.reset_breaker", "rotate_secret": "endpoints.rotate_secret",
+    "url": "endpoints.change_url", "subscriptions": "endpoints.subscriptions",
+    "test_event": "endpoints.test_event", "test_event_outcome": "endpoints.test_event_outcome",
+    "add_endpoint": "endpoints.endpoint_add",
     "events": "events.event_search", "event_replay": "events.replay",
     "letters": "dead_letters.letter_list", "letter": "dead_letters.letter_show",
-    "letter_replay": "dead_letters.replay_one",
+    "letter_replay": "dead_letters.replay_one", "letter_select": "dead_letters.selection_confirm",
+    "letter_delete": "dead_letters.delete_selected",
+    "letter_replay_selected": "dead_letters.replay_selected",
+    "letter_purge": "dead_letters.purge_confirm", "letter_purge_start": "dead_letters.purge_start",
 }, operator=True)
 
 

@@ -1,7 +1,9 @@
 """The application and endpoint pages: the applications, a paginated list of endpoints (by
 application, by id search), one endpoint's health (an ordered endpoint's: its first keys'
 lines too), and its actions (pause and resume, disable
-and enable, breaker reset, secret rotation).
+and enable, breaker reset, secret rotation; its URL, its subscriptions picked from the event
+catalog, a test event and its outcome: :mod:`hookline.console.endpoint_forms`), and the form
+that adds an endpoint.
 
 Each action is one service call: the service refuses a read-only actor, keeps a tenant inside
 its application and writes the audit entry. A rotated secret is shown once, in the answer to
@@ -14,8 +16,16 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
+from hookline.console.endpoint_forms import (
+    add_from_form,
+    plain,
+    show_test_outcome,
+    subscriptions_from_form,
+    test_event_from_form,
+    url_from_form,
+)
 from hookline.console.visit import Routes, Visit
-from hookline.service import apps, endpoint_actions, endpoints, ordering
+from hookline.service import apps, endpoint_actions, endpoint_setup, endpoints, ordering
 
 routes = Routes("endpoints")
 
@@ -51,12 +61,27 @@ def endpoint_page(visit: Visit, endpoint_id: str) -> dict[str, Any]:
     health = endpoints.endpoint_health(visit.actor, endpoint_id)
     lines = (ordering.key_lines(visit.actor, endpoint_id, limit=PAGE_LINES)
              if health.summary.public["ordered"] else None)
-    return {"health": health, "endpoint": health.summary, "lines": lines}
+    return {"health": health, "endpoint": health.summary, "lines": lines,
+            "choices": endpoint_setup.subscription_choices(visit.actor)}
 
 
 @routes.get("/endpoints/<endpoint_id>")
 def endpoint_show(visit: Visit) -> Response:
     return visit.render("endpoint.html", **endpoint_page(visit, str(visit.args["endpoint_id"])))
+
+
+@routes.get("/new-endpoint")
+def endpoint_new(visit: Visit) -> Response:
+    """The form that adds an endpoint (the CLI's ``endpoint add``, its first options)."""
+    return visit.render("endpoint_new.html",
+                        choices=endpoint_setup.subscription_choices(visit.actor),
+                        app=visit.param("app"))
+
+
+@routes.post("/endpoints")
+def endpoint_add(visit: Visit) -> Response:
+    """Add an endpoint; a generated secret is shown in this answer only, never again."""
+    return add_from_form(visit, plain, app=visit.form("app") or None)
 
 
 def _done(visit: Visit, notice: str) -> Response:
@@ -102,3 +127,30 @@ def rotate_secret(visit: Visit) -> Response:
     return visit.render("secret.html", endpoint_id=rotated.summary.id, secret=rotated.secret,
                         public_key=rotated.public_key, added=False,
                         previous_until=rotated.previous_until)
+
+
+@routes.post("/endpoints/<endpoint_id>/url")
+def change_url(visit: Visit) -> Response:
+    url_from_form(visit)
+    return _done(visit, "url-changed")
+
+
+@routes.post("/endpoints/<endpoint_id>/subscriptions")
+def subscriptions(visit: Visit) -> Response:
+    subscriptions_from_form(visit)
+    return _done(visit, "subscribed")
+
+
+@routes.post("/endpoints/<endpoint_id>/test-event")
+def test_event(visit: Visit) -> Response:
+    return test_event_from_form(visit, "endpoints.test_event_show")
+
+
+@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>")
+def test_event_show(visit: Visit) -> Response:
+    return show_test_outcome(visit, plain, fragment=False)
+
+
+@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>/outcome")
+def test_event_outcome(visit: Visit) -> Response:
+    return show_test_outcome(visit, plain, fragment=True)

@@ -1,7 +1,8 @@
-"""The event pages: search by event id (optionally at one endpoint, or in one application);
-each endpoint's outcome (delivered, dead-lettered and why, scheduled and when, in flight) with
-every kept attempt (time, status, latency, error, response excerpt); replay of a dead-lettered
-delivery under the same event id.
+"""The event pages: the event log (recent events newest first, filtered by endpoint, type
+prefix, status and time window, each row a link to the event below); search by event id
+(optionally at one endpoint, or in one application); each endpoint's outcome (delivered,
+dead-lettered and why, scheduled and when, in flight) with every kept attempt (time, status,
+latency, error, response excerpt); replay of a dead-lettered delivery under the same event id.
 
 Response excerpts and event types come from outside: the templates escape them like
 everything else, and the CSP would stop a script that got through.
@@ -9,19 +10,25 @@ everything else, and the CSP would stop a script that got through.
 
 from __future__ import annotations
 
+from typing import Any
+
 from werkzeug.wrappers import Response
 
 from hookline.console.visit import Routes, Visit
-from hookline.service import events
+from hookline.service import event_log, events
 
 routes = Routes("events")
+
+#: Rows per page of the event log.
+LOG_PAGE_SIZE = 50
 
 
 @routes.get("/events")
 def event_search(visit: Visit) -> Response:
     """The search form; with ``?event_id=`` the event's report. ``?endpoint=`` looks at that
     endpoint only (a direct read, no search through the keyspace); without it the search
-    stops after ``SEARCH_SECONDS`` and the page says so."""
+    stops after ``SEARCH_SECONDS`` and the page says so. Without an event id: the event log
+    (:func:`log_values`)."""
     query = {"event_id": visit.param("event_id"), "endpoint": visit.param("endpoint"),
              "app": visit.param("app")}
     report = None
@@ -29,7 +36,20 @@ def event_search(visit: Visit) -> Response:
         report = events.find_event(visit.actor, query["event_id"],
                                    endpoint=query["endpoint"] or None,
                                    app=query["app"] or None, budget=events.SEARCH_SECONDS)
-    return visit.render("events.html", query=query, report=report)
+        return visit.render("events.html", query=query, report=report)
+    return visit.render("events.html", query=query, report=report, **log_values(visit))
+
+
+def log_values(visit: Visit) -> dict[str, Any]:
+    """The event log's page for the query string's filters (``endpoint``, ``type``,
+    ``status``, ``since``, ``until``, ``cursor``), as events.html draws it: a bad value is
+    refused in one line (400), an endpoint out of scope answers as an unknown one (404)."""
+    log_query = event_log.LogQuery.from_params(visit.request.args)
+    listing = event_log.list_page(visit.actor, log_query, visit.param("cursor") or None,
+                                  visit.limit(LOG_PAGE_SIZE))
+    return {"log": listing, "log_query": log_query, "log_params": log_query.to_params(),
+            "log_form": {name: visit.param(name) for name in event_log.PARAMS},
+            "log_statuses": event_log.STATUSES, "log_retention": event_log.retention_text()}
 
 
 @routes.post("/events/replay")

@@ -1,6 +1,8 @@
-"""The tenant portal's pages: the application's endpoints (add one, edit its subscriptions,
-rotate its secret, pause and resume it), its events with their attempts, and its dead letters
-(replay one).
+"""The tenant portal's pages: the application's endpoints (add one; change its URL, pick its
+subscriptions from the event catalog, rotate its secret, pause and resume it, disable and
+enable it, send it a test event and see what became of it), its events with their attempts,
+and its dead letters (replay one, replay or delete the rows ticked, purge exactly the
+filtered set: the console's pages, ``hookline.console.dead_letters``).
 
 Each page is one service call with the tenant's scoped actor: which endpoints, events and dead
 letters belong to the application, what a read-only link may do and how an endpoint is checked
@@ -14,10 +16,24 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
+from hookline.console.dead_letters import (
+    act_on_selection,
+    purge_dry_run,
+    purge_then_list,
+    replay_then_list,
+    select,
+)
+from hookline.console.endpoint_forms import (
+    add_from_form,
+    show_test_outcome,
+    subscriptions_from_form,
+    test_event_from_form,
+    url_from_form,
+)
 from hookline.console.endpoints import endpoint_page
-from hookline.console.events import replay_then_show
+from hookline.console.events import log_values, replay_then_show
 from hookline.console.visit import Face, Routes, Visit
-from hookline.service import dead_letters, endpoint_actions, endpoints, events
+from hookline.service import dead_letters, endpoint_actions, endpoint_setup, endpoints, events
 from hookline.service.dead_letters import DeadLetterQuery
 
 routes = Routes("portal")
@@ -29,6 +45,9 @@ NOTICES = {
     "paused": "Endpoint paused: deliveries wait until it is resumed.",
     "resumed": "Endpoint resumed: waiting deliveries go out within its rate limit.",
     "subscribed": "Subscriptions saved: they apply to events published from now on.",
+    "url-changed": "URL saved: the next attempt goes to the new URL.",
+    "disabled": "Endpoint disabled: new deliveries are dead-lettered until it is enabled.",
+    "enabled": "Endpoint enabled: new deliveries go out again.",
     "replayed": "Replay scheduled.",
 }
 #: The dead-letter filters the portal offers (the service checks each value).
@@ -37,25 +56,26 @@ LETTER_FILTERS = ("endpoint", "reason", "since", "until")
 PORTAL = Face("portal_base.html", {
     "endpoint": "portal.endpoint_show", "pause": "portal.pause", "resume": "portal.resume",
     "rotate_secret": "portal.rotate_secret", "subscriptions": "portal.subscriptions",
+    "disable": "portal.disable", "enable": "portal.enable", "url": "portal.change_url",
+    "test_event": "portal.test_event", "test_event_outcome": "portal.test_event_outcome",
     "events": "portal.event_search", "event_replay": "portal.event_replay",
     "letters": "portal.letter_list", "letter": "portal.letter_show",
-    "letter_replay": "portal.letter_replay",
+    "letter_replay": "portal.letter_replay", "letter_select": "portal.letter_selection",
+    "letter_delete": "portal.letter_delete", "letter_replay_selected":
+    "portal.letter_replay_selected", "letter_purge": "portal.letter_purge_confirm",
+    "letter_purge_start": "portal.letter_purge",
 })
 
 
 def render(visit: Visit, template: str, *, status: int = 200, **values: Any) -> Response:
-    """``template`` with the portal's notice and the application's name."""
+    """``template`` with the portal's notice and the application's id and name."""
     return visit.render(template, status=status, app_id=visit.actor.app_scope,
+                        app_name=endpoint_setup.app_name(visit.actor),
                         portal_notice=NOTICES.get(visit.param("notice")), **values)
 
 
 def _endpoint_id(visit: Visit) -> str:
     return str(visit.args["endpoint_id"])
-
-
-def _names(text: str) -> list[str]:
-    """Event types as typed: separated by commas or spaces."""
-    return [name for name in text.replace(",", " ").split() if name]
 
 
 @routes.get("/")
@@ -64,18 +84,14 @@ def home(visit: Visit) -> Response:
     page = endpoints.list_endpoints(visit.actor, app=visit.actor.app_scope,
                                     cursor=visit.param("cursor") or None,
                                     limit=visit.limit(PAGE_SIZE))
-    return render(visit, "portal_home.html", page=page)
+    return render(visit, "portal_home.html", page=page,
+                  choices=endpoint_setup.subscription_choices(visit.actor))
 
 
 @routes.post("/endpoints")
 def endpoint_add(visit: Visit) -> Response:
     """Add an endpoint to the application; a generated secret is shown in this answer only."""
-    added = endpoint_actions.add_endpoint(
-        visit.actor, visit.form("endpoint_id"), visit.form("url"),
-        event_types=_names(visit.form("event_types")) or None, app=visit.actor.app_scope,
-        signature=visit.form("signature") or None)
-    return render(visit, "secret.html", endpoint_id=added.summary.id, secret=added.secret,
-                  public_key=added.public_key, added=True, previous_until=[])
+    return add_from_form(visit, render, app=visit.actor.app_scope)
 
 
 @routes.get("/endpoints/<endpoint_id>")
@@ -90,10 +106,42 @@ def _back(visit: Visit, notice: str) -> Response:
 
 @routes.post("/endpoints/<endpoint_id>/subscriptions")
 def subscriptions(visit: Visit) -> Response:
-    """Set the event types the endpoint receives (none: every type)."""
-    endpoint_actions.update_endpoint(visit.actor, _endpoint_id(visit),
-                                     event_types=_names(visit.form("event_types")) or "none")
+    """Set the event types the endpoint receives, picked from the catalog (or every type)."""
+    subscriptions_from_form(visit)
     return _back(visit, "subscribed")
+
+
+@routes.post("/endpoints/<endpoint_id>/url")
+def change_url(visit: Visit) -> Response:
+    url_from_form(visit)
+    return _back(visit, "url-changed")
+
+
+@routes.post("/endpoints/<endpoint_id>/disable")
+def disable(visit: Visit) -> Response:
+    endpoint_actions.disable(visit.actor, _endpoint_id(visit), "disabled in the portal")
+    return _back(visit, "disabled")
+
+
+@routes.post("/endpoints/<endpoint_id>/enable")
+def enable(visit: Visit) -> Response:
+    endpoint_actions.enable(visit.actor, _endpoint_id(visit))
+    return _back(visit, "enabled")
+
+
+@routes.post("/endpoints/<endpoint_id>/test-event")
+def test_event(visit: Visit) -> Response:
+    return test_event_from_form(visit, "portal.test_event_show")
+
+
+@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>")
+def test_event_show(visit: Visit) -> Response:
+    return show_test_outcome(visit, render, fragment=False)
+
+
+@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>/outcome")
+def test_event_outcome(visit: Visit) -> Response:
+    return show_test_outcome(visit, render, fragment=True)
 
 
 @routes.post("/endpoints/<endpoint_id>/pause")
@@ -120,13 +168,14 @@ def rotate_secret(visit: Visit) -> Response:
 
 @routes.get("/events")
 def event_search(visit: Visit) -> Response:
-    """An event of the application by id: each of its endpoints' outcome and attempts."""
+    """The application's event log (its endpoints' rows only); with ``?event_id=``, that
+    event of the application: each of its endpoints' outcome and attempts."""
     query = {"event_id": visit.param("event_id"), "endpoint": visit.param("endpoint")}
-    report = None
     if query["event_id"]:
         report = events.find_event(visit.actor, query["event_id"],
                                    endpoint=query["endpoint"] or None)
-    return render(visit, "events.html", query=query, report=report)
+        return render(visit, "events.html", query=query, report=report)
+    return render(visit, "events.html", query=query, report=None, **log_values(visit))
 
 
 @routes.post("/events/replay")
@@ -147,7 +196,7 @@ def letter_list(visit: Visit) -> Response:
                                   visit.limit(PAGE_SIZE))
     return render(visit, "dead_letters.html", page=page, query=query, params=query.to_params(),
                   form={name: visit.param(name) for name in LETTER_FILTERS},
-                  reasons=sorted(dead_letters.REASONS))
+                  reasons=sorted(dead_letters.REASONS), reason_texts=dead_letters.REASONS)
 
 
 @routes.get("/dead-letters/entry")
@@ -158,6 +207,33 @@ def letter_show(visit: Visit) -> Response:
 
 @routes.post("/dead-letters/replay")
 def letter_replay(visit: Visit) -> Response:
-    dead_letters.replay_one(visit.actor, visit.form("entry_id"))
-    back = _letter_query(visit.request.form).to_params()
-    return visit.redirect("portal.letter_list", {**back, "notice": "replayed"})
+    return replay_then_list(visit, _letter_query(visit.request.form), "portal.letter_list",
+                            render)
+
+
+@routes.post("/dead-letters/selection")
+def letter_selection(visit: Visit) -> Response:
+    """The ticked rows' confirmation (another application's id: NotFound, as an unknown)."""
+    return select(visit, _letter_query(visit.request.form), render)
+
+
+@routes.post("/dead-letters/delete")
+def letter_delete(visit: Visit) -> Response:
+    return act_on_selection(visit, "delete", _letter_query(visit.request.form),
+                            "portal.letter_list")
+
+
+@routes.post("/dead-letters/replay-selected")
+def letter_replay_selected(visit: Visit) -> Response:
+    return act_on_selection(visit, "replay", _letter_query(visit.request.form),
+                            "portal.letter_list")
+
+
+@routes.get("/dead-letters/purge")
+def letter_purge_confirm(visit: Visit) -> Response:
+    return purge_dry_run(visit, _letter_query(visit.request.args), render)
+
+
+@routes.post("/dead-letters/purge")
+def letter_purge(visit: Visit) -> Response:
+    return purge_then_list(visit, _letter_query(visit.request.form), "portal.letter_list")

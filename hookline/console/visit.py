@@ -30,6 +30,8 @@ NOTICES = {
     "resumed": "Endpoint resumed: waiting deliveries go out within its rate limit.",
     "disabled": "Endpoint disabled: new deliveries are dead-lettered.",
     "enabled": "Endpoint enabled.",
+    "url-changed": "URL saved: the next attempt goes to the new URL.",
+    "subscribed": "Subscriptions saved: they apply to events published from now on.",
     "breaker-reset": "Circuit breaker reset.",
     "replayed": "Replay scheduled.",
     "cancelled": "Bulk replay cancelled.",
@@ -61,7 +63,8 @@ class Face:
     #: endpoint's page); an action whose role is missing is not offered on this face.
     pages: Mapping[str, str]
     #: The operator's face: the facts only an operator sees are shown (a dead letter's detail,
-    #: the last errors in lists, the failures behind a breaker, a conflicting event), and a
+    #: the error texts in lists (both faces show the status and the receiver's answer), the
+    #: failures behind a breaker, a conflicting event), and a
     #: read-only viewer sees the actions, disabled, rather than none.
     operator: bool = False
 

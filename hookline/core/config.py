@@ -122,6 +122,10 @@ class Settings:
     history_retention: float | None = None
     history_attempts: int = 50
     history_body_bytes: int = 256
+    #: The event log (``hookline.store.event_log``): seconds an event is kept after its latest
+    #: change, and most events kept per endpoint (the latest).
+    event_log_retention: float = 3 * 86400.0
+    event_log_per_endpoint: int = 10_000
     #: 1 on a single Redis, 16 on a Redis Cluster (``hookline.store.keys``).
     state_shards: int = 1
     operational_endpoint: str | None = None

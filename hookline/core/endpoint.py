@@ -111,6 +111,10 @@ class Endpoint:
     secret_expiry: Mapping[str, float] = field(default_factory=dict)
     enabled: bool = True
     disabled_reason: str = ""
+    #: When it was disabled (Unix seconds) and by whom (an actor's name; "" for the worker,
+    #: after the receiver's 410), None and "" while enabled.
+    disabled_at: float | None = None
+    disabled_by: str = ""
     timeout: float | None = None
     retry_policy: Mapping[str, Any] = field(default_factory=dict)
     rate: str | None = None
@@ -171,6 +175,8 @@ class Endpoint:
                 [[s, self.secret_expiry.get(s)] for s in self.secrets])),
             "enabled": "1" if self.enabled else "0",
             "disabled_reason": self.disabled_reason,
+            "disabled_at": "" if self.disabled_at is None else repr(self.disabled_at),
+            "disabled_by": self.disabled_by,
             "timeout": "" if self.timeout is None else repr(self.timeout),
             "retry_policy": json.dumps(dict(self.retry_policy)),
             "rate": self.rate or "",
@@ -206,6 +212,8 @@ class Endpoint:
             secret_expiry={secret: float(until) for secret, until in stored if until},
             enabled=data.get("enabled", "1") == "1",
             disabled_reason=data.get("disabled_reason", ""),
+            disabled_at=float(data["disabled_at"]) if data.get("disabled_at") else None,
+            disabled_by=data.get("disabled_by", ""),
             timeout=float(timeout) if timeout else None,
             retry_policy=json.loads(data.get("retry_policy") or "{}"),
             rate=data.get("rate") or None,
@@ -232,6 +240,8 @@ class Endpoint:
             "url": redact.url(self.url),
             "enabled": self.enabled,
             "disabled_reason": self.disabled_reason or None,
+            "disabled_at": self.disabled_at,
+            "disabled_by": self.disabled_by or None,
             "timeout": self.timeout,
             "retry_policy": dict(self.retry_policy),
             "rate": self.rate,

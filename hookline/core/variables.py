@@ -266,6 +266,13 @@ SETTINGS = (
         ("HOOKLINE_HISTORY_BODY_BYTES", "history_body_bytes",
          Integer(256, minimum=0, maximum=64 * 1024, unit="bytes"),
          "Response bytes kept per attempt; 0: none."),
+        ("HOOKLINE_EVENT_LOG_RETENTION", "event_log_retention",
+         Number(3 * DAY, minimum=60.0, maximum=YEAR),
+         "How long the event log (the console's and the portal's Events page) keeps an event "
+         "after its latest change (delivered, retrying, held, dead)."),
+        ("HOOKLINE_EVENT_LOG_PER_ENDPOINT", "event_log_per_endpoint",
+         Integer(10_000, minimum=1, maximum=1_000_000),
+         "Most events the event log keeps per endpoint (the latest changed)."),
     ),
     *_group(
         "Outbox",

@@ -343,7 +343,7 @@ class DeliveryEngine:
         settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
                                       retry_after=retry_after, reason=GONE_REASON,
                                       record=record, digest=digest, now_ms=now_ms,
-                                      receipt=receipt,
+                                      receipt=receipt, event_type=request.event_type,
                                       ordering_key=(request.ordering_key or endpoint.id)
                                       if endpoint.ordered else None)
         if settlement.transition == "opened":
@@ -421,6 +421,7 @@ class DeliveryEngine:
                 last_attempt_at=at if result is not None else None,
                 last_status=result.status if result else None,
                 last_error=result.error if result else "",
+                last_response=result.body_excerpt if result else "",  # (add() cuts it)
                 detail=detail,
                 enqueued_at=request.enqueued_at,
                 ordering_key=request.ordering_key,

@@ -136,11 +136,12 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
 
 
 def disable_endpoint(registry: EndpointRegistry, endpoint_id: str,
-                     reason: str = "disabled by operator") -> Endpoint:
-    """Stop all sends to an endpoint; its scheduled retries go to the dead-letter queue now
-    (reason ``endpoint_disabled``), ready to replay once it is fixed."""
+                     reason: str = "disabled by operator", *, by: str = "") -> Endpoint:
+    """Stop all sends to an endpoint (``by``: who, recorded with the reason and the time);
+    its scheduled retries go to the dead-letter queue now (reason ``endpoint_disabled``),
+    ready to replay once it is fixed."""
     was = registry.require(endpoint_id)
-    saved = registry.disable(endpoint_id, reason)
+    saved = registry.disable(endpoint_id, reason, by=by)
     OrderLines(registry.redis).release(endpoint_id)  # its workers dead-letter them
     if was.enabled:
         reporting.report(reporting.endpoint_disabled(

@@ -1,5 +1,8 @@
-"""Dead letters as an operator or a tenant sees and acts on them: filtered pages, the dry-run
-count, replay (one, a selection, or a bulk replay job) and purge, trim and restore.
+"""Dead letters as an operator or a tenant sees and acts on them: filtered pages (each entry
+with its last answer), the dry-run count, replay (one, a selection, or a bulk replay job) and
+purge, trim and restore. The query lives in :mod:`hookline.service.dead_letter_query` (found
+here too); rows ticked on a page and the purge of a filtered set in
+:mod:`hookline.service.dead_letter_selection`.
 
 Public API (the actor first; ``NotFound`` for an entry, endpoint or job that does not exist or
 is outside ``actor.app_scope``; every mutation refuses a read-only actor and is audited)::
@@ -10,10 +13,11 @@ is outside ``actor.app_scope``; every mutation refuses a read-only actor and is 
         since: float | None; until: float | None                   # Unix seconds
         min_attempts: int | None; max_attempts: int | None
         ids: tuple[str, ...] = ()     # entry ids or event ids (the CLI's; not in URLs)
-        order: str = "oldest"         # or "newest"
+        order: str = "newest"         # or "oldest"
         @classmethod from_params(mapping) -> DeadLetterQuery   # InvalidQuery on a bad value
         to_params() -> dict[str, str]                          # bookmarkable; from_params' input
-    list_page(actor, query, cursor=None, limit=50) -> Page[DeadLetter]  # O(page) via indexes
+    list_page(actor, query, cursor=None, limit=50) -> Page[DeadLetter]  # O(page) via indexes;
+                                  # .last_response from the event's history when not kept
     count(actor, query) -> int        # the dry run: exact; ZCOUNTs for endpoint/reason/time
     find(actor, query, *, limit=None) -> list[DeadLetter]               # oldest first
     lookup_id(given) -> str           # "ENDPOINT/EVENT_ID" or "EVENT_ID" as recorded
@@ -25,6 +29,7 @@ is outside ``actor.app_scope``; every mutation refuses a read-only actor and is 
     plan_replay(actor, query, *, rate=None) -> ReplayPlan  # what a replay would do
     replay(actor, plan) -> ReplayOutcome                   # hookline dlq replay
     purge(actor, entries) -> int                           # exactly those, if unchanged
+    remove_exactly(queue, entries) -> int                  # the same, no rule, no audit
     trim(actor, before) -> int;  restore_spool(actor) -> int;  reindex(actor) -> int
     # the bulk replay job (hookline.service.replay_jobs):
     start_bulk_replay(actor, query, *, rate=None) -> str   # the job id
@@ -35,16 +40,11 @@ is outside ``actor.app_scope``; every mutation refuses a read-only actor and is 
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from hookline.core.errors import InvalidField
-from hookline.core.event import ENDPOINT_ID_PATTERN, recorded_id
-from hookline.core.times import format_time_param, parse_time
+from hookline.core.event import ENDPOINT_ID_PATTERN
 from hookline.delivery.replay import (
     ReplayOutcome,
     invalid_entries,
@@ -54,176 +54,30 @@ from hookline.delivery.replay import (
 )
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
+from hookline.service.dead_letter_query import (  # noqa: F401 (the faces find them here)
+    DEFAULT_ORDER,
+    ORDERS,
+    PARAMS,
+    DeadLetterQuery,
+    InvalidQuery,
+    decode_cursor,
+    encode_cursor,
+    lookup_id,
+    newest_first,
+    require_selection,
+)
 from hookline.service.endpoints import require_known_endpoint
 from hookline.service.pages import Page, bounded_limit
 from hookline.store import deadletter as store
-from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.deadletter_index import Position, endpoint_of, reindex_shard
+from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterQueue  # noqa: F401
+from hookline.store.deadletter_index import endpoint_of, reindex_shard
 from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.endpoints import EndpointRegistry
+from hookline.store.history import AttemptHistory
 from hookline.store.ordering import OrderLines
 
-#: The orders a listing can be read in.
-ORDERS = ("oldest", "newest")
 #: Entries removed per transaction when purging.
 PURGE_BATCH = 500
-#: The parameters a query reads and writes (``to_params`` keys).
-PARAMS = ("endpoint", "reason", "status", "since", "until", "min_attempts", "max_attempts",
-          "order")
-
-
-class InvalidQuery(InvalidField):
-    """A filter value refused; the message names the parameter and says what is wrong."""
-
-
-def _param(name: str) -> str:
-    return name
-
-
-@dataclass(frozen=True)
-class DeadLetterQuery:
-    """Which dead letters a view or an action is about (see the module's docstring)."""
-
-    endpoint: str | None = None
-    reason: str | None = None
-    status: int | None = None
-    since: float | None = None
-    until: float | None = None
-    min_attempts: int | None = None
-    max_attempts: int | None = None
-    ids: tuple[str, ...] = ()
-    order: str = "oldest"
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> DeadLetterQuery:
-        """From a query string's values (empty ones ignored, other keys too, e.g. a cursor)."""
-        given = {name: str(params[name]).strip() for name in PARAMS
-                 if params.get(name) is not None and str(params[name]).strip()}
-        query = cls(
-            endpoint=_endpoint(given.get("endpoint")),
-            reason=_reason(given.get("reason")),
-            status=_count("status", given.get("status"), high=599),
-            since=_time("since", given.get("since")),
-            until=_time("until", given.get("until")),
-            min_attempts=_count("min_attempts", given.get("min_attempts")),
-            max_attempts=_count("max_attempts", given.get("max_attempts")),
-            order=_order(given.get("order")),
-        )
-        return query.checked()
-
-    def to_params(self) -> dict[str, str]:
-        """The query as query-string values (the ones set): ``from_params`` reads them back."""
-        values: dict[str, Any] = {
-            "endpoint": self.endpoint, "reason": self.reason, "status": self.status,
-            "since": None if self.since is None else format_time_param(self.since),
-            "until": None if self.until is None else format_time_param(self.until),
-            "min_attempts": self.min_attempts, "max_attempts": self.max_attempts,
-            "order": None if self.order == "oldest" else self.order}
-        return {name: str(value) for name, value in values.items() if value is not None}
-
-    def checked(self, spell: Any = _param) -> DeadLetterQuery:
-        """The query, if its ranges are not empty; ``spell`` writes a parameter's name as the
-        caller's users know it (``--since`` for the CLI)."""
-        if self.since is not None and self.until is not None and self.since > self.until:
-            raise InvalidQuery("since", f"{spell('since')} is later than {spell('until')}: "
-                                        "the range is empty")
-        if (self.min_attempts is not None and self.max_attempts is not None
-                and self.min_attempts > self.max_attempts):
-            raise InvalidQuery("min_attempts", f"{spell('min_attempts')} is above "
-                                               f"{spell('max_attempts')}: the range is empty")
-        return self
-
-    @property
-    def narrowed(self) -> bool:
-        """Whether the query selects less than every dead letter."""
-        return bool(self.ids) or any(value is not None for value in (
-            self.endpoint, self.reason, self.status, self.since, self.until,
-            self.min_attempts, self.max_attempts))
-
-    def selection(self) -> DeadLetterFilter:
-        return DeadLetterFilter(endpoint_id=self.endpoint, reason=self.reason,
-                                since=self.since, until=self.until, ids=self.ids,
-                                min_attempts=self.min_attempts,
-                                max_attempts=self.max_attempts, last_status=self.status)
-
-
-def require_selection(query: DeadLetterQuery, select_all: bool, *, spell: Any = _param,
-                      all_flag: str = "all") -> DeadLetterQuery:
-    """An action on every dead letter must say so (``select_all``), and saying so excludes
-    any filter: the selection is then exactly what the operator meant."""
-    if select_all and query.narrowed:
-        raise InvalidQuery("all", f"{all_flag} selects every dead letter: give it without ids "
-                                  "or filters")
-    if not select_all and not query.narrowed:
-        names = ", ".join(spell(name) for name in ("endpoint", "reason", "status", "since",
-                                                    "until", "min_attempts", "max_attempts"))
-        raise InvalidQuery("all", f"refusing to act on every dead letter: give entry ids, a "
-                                  f"filter ({names}) or {all_flag}")
-    return query
-
-
-def lookup_id(given: str) -> str:
-    """An entry id (``ENDPOINT/EVENT_ID``) or event id as a dead letter records it: an
-    overlong event id is recorded by its start and length (``recorded_id``), so the id as it
-    was sent still finds its entry."""
-    endpoint_id, slash, event_id = given.partition("/")
-    return f"{endpoint_id}/{recorded_id(event_id)}" if slash else recorded_id(given)
-
-
-def _endpoint(text: str | None) -> str | None:
-    if text is not None and not ENDPOINT_ID_PATTERN.match(text):
-        raise InvalidQuery("endpoint", f"endpoint {text[:70]!r} is not an endpoint id")
-    return text
-
-
-def _reason(text: str | None) -> str | None:
-    if text is not None and text not in REASONS:
-        raise InvalidQuery("reason", f"reason {text[:40]!r} is not one of "
-                                     f"{', '.join(sorted(REASONS))}")
-    return text
-
-
-def _count(name: str, text: str | None, *, high: int = 10**9) -> int | None:
-    if text is None:
-        return None
-    if not (text.isascii() and text.isdigit()) or int(text) > high:
-        raise InvalidQuery(name, f"{name} {text[:20]!r} is not a whole number from 0 to {high}")
-    return int(text)
-
-
-def _time(name: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return round(parse_time(text), 6)
-    except ValueError as exc:
-        raise InvalidQuery(name, f"{name}: {exc}") from None
-
-
-def _order(text: str | None) -> str:
-    if text is None:
-        return "oldest"
-    if text not in ORDERS:
-        raise InvalidQuery("order", f"order {text[:20]!r} is not one of {', '.join(ORDERS)}")
-    return text
-
-
-# -- cursors and scope ---------------------------------------------------------------------
-
-
-def encode_cursor(position: Position) -> str:
-    raw = json.dumps([position.at, position.entry_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> Position:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, entry_id = json.loads(raw)
-        return Position(float(at), str(entry_id))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise InvalidField("cursor", f"cursor {cursor[:40]!r} is not a dead-letter "
-                                     "position") from None
 
 
 def scope_endpoints(actor: Actor, query: DeadLetterQuery,
@@ -265,8 +119,24 @@ def list_page(actor: Actor, query: DeadLetterQuery, cursor: str | None = None,
                        after=decode_cursor(cursor) if cursor else None,
                        endpoint_ids=scope_endpoints(actor, query),
                        reverse=query.order == "newest")
-    return Page(items=found.entries,
+    return Page(items=with_answers(found.entries, AttemptHistory(pages.redis)),
                 next_cursor=encode_cursor(found.after) if found.after else None)
+
+
+def with_answers(entries: list[DeadLetter], history: AttemptHistory) -> list[DeadLetter]:
+    """``entries``, each with its last answer's excerpt: one that does not keep it (written
+    before dead letters kept it, or moved from the retry schedule, which keeps none) gets its
+    event's latest kept attempt's, if that got the same status; one round trip for the page."""
+    missing = [n for n, entry in enumerate(entries)
+               if entry.last_status is not None and not entry.last_response]
+    if not missing:
+        return entries
+    latest = history.latest_of([(entries[n].endpoint_id, entries[n].event_id) for n in missing])
+    found = list(entries)
+    for n, record in zip(missing, latest, strict=True):
+        if record is not None and record.status == entries[n].last_status and record.response:
+            found[n] = replace(entries[n], last_response=record.response)
+    return found
 
 
 def count(actor: Actor, query: DeadLetterQuery, *, pages: DeadLetterPages | None = None) -> int:
@@ -394,7 +264,15 @@ def purge(actor: Actor, entries: Sequence[DeadLetter], *,
     actor.require_act("purge dead letters")
     for entry in entries:
         require_letter_endpoint(actor, entry.endpoint_id)
-    queue = queue or DeadLetterQueue()
+    removed = remove_exactly(queue or DeadLetterQueue(), entries)
+    audit.record(actor, "dead_letter.purge", f"{removed} dead letter(s)", app=_app_of(actor))
+    return removed
+
+
+def remove_exactly(queue: DeadLetterQueue, entries: Sequence[DeadLetter]) -> int:
+    """Remove each of ``entries`` that is still the entry it was (an event dead-lettered again
+    has a new one, which stays), with its index places; returns how many went. The rules are
+    the caller's (who may, which entries); a removed head of an ordered key lets it go on."""
     heads = [entry for entry in entries if entry.sequence is not None]  # of ordered keys
     rest = [entry for entry in entries if entry.sequence is None]
     removed = sum(
@@ -407,7 +285,6 @@ def purge(actor: Actor, entries: Sequence[DeadLetter], *,
             removed += 1
             lines.advance(head.endpoint_id, head.ordering_key or head.endpoint_id,
                           head.event_id)
-    audit.record(actor, "dead_letter.purge", f"{removed} dead letter(s)", app=_app_of(actor))
     return removed
 
 
@@ -443,8 +320,3 @@ def reindex(actor: Actor, *, queue: DeadLetterQueue | None = None) -> int:
     seen = sum(reindex_shard(queue.redis, shard) for shard in queue.shards)
     audit.record(actor, "dead_letter.reindex", f"{seen} dead letter(s)")
     return seen
-
-
-def newest_first(query: DeadLetterQuery) -> DeadLetterQuery:
-    """The same query, listed newest first (the console's default order)."""
-    return replace(query, order="newest")

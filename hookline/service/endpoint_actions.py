@@ -245,11 +245,12 @@ def resume(actor: Actor, endpoint_id: str) -> int:
 
 def disable(actor: Actor, endpoint_id: str,
             reason: str = "disabled by operator") -> EndpointSummary:
-    """Stop sending; the endpoint's scheduled retries are dead-lettered (endpoint_disabled)."""
+    """Stop sending, recording the reason, the time and the actor's name on the endpoint;
+    its scheduled retries are dead-lettered (endpoint_disabled)."""
     actor.require_act(f"disable endpoint {endpoint_id}")
     registry = EndpointRegistry()
     require_endpoint(actor, endpoint_id, registry)
-    disabled = retries.disable_endpoint(registry, endpoint_id, reason)
+    disabled = retries.disable_endpoint(registry, endpoint_id, reason, by=actor.name)
     audit.record(actor, "endpoint.disable", endpoint_id, reason, app=disabled.app)
     return summarize(disabled)
 

@@ -82,6 +82,9 @@ class EndpointSummary:
     in_flight: int = 0
     #: Share delivered of the recent attempts (None before the first).
     success_rate: float | None = None
+    #: When it was disabled (Unix seconds) and by whom ("": the worker, after a 410).
+    disabled_at: float | None = None
+    disabled_by: str = ""
 
     @property
     def paused(self) -> bool:
@@ -121,6 +124,7 @@ def summarize(endpoint: Endpoint, data: dict[str, Any] | None = None) -> Endpoin
         public=endpoint.public(), breaker_state=data.get("state") or "closed",
         in_flight=int(data.get("inflight") or 0),
         success_rate=RecentAttempts(endpoint.id, outcomes=data.get("outcomes") or "").success_rate,
+        disabled_at=endpoint.disabled_at, disabled_by=endpoint.disabled_by,
     )
 
 

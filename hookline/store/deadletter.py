@@ -120,6 +120,8 @@ class DeadLetter:
     #: the event's place in its key's line, which a replay keeps.
     ordering_key: str | None = None
     sequence: int | None = None
+    #: The last answer's first bytes, redacted (``response_excerpt``; "": none, or older).
+    last_response: str = ""
 
     @property
     def id(self) -> str:
@@ -131,9 +133,9 @@ class DeadLetter:
 
     @classmethod
     def from_json(cls, text: str) -> DeadLetter:
-        data = json.loads(text)
-        data.pop("id", None)
-        return cls(**data)
+        # Fields a later version added are left out: it may write entries this one reads.
+        fields = cls.__dataclass_fields__
+        return cls(**{name: value for name, value in json.loads(text).items() if name in fields})
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,11 @@ class DeadLetterStats:
     by_reason: dict[str, int]
     #: Unix seconds the oldest entry was dead-lettered, or None.
     oldest: float | None
+
+
+def response_excerpt(text: str) -> str:
+    """The first ``HOOKLINE_HISTORY_BODY_BYTES`` of an answer, as the attempt history keeps."""
+    return text.encode("utf-8")[:settings().history_body_bytes].decode("utf-8", "ignore")
 
 
 class _OncePer:
@@ -218,6 +225,7 @@ class DeadLetterQueue:
         """Store ``entry``; if Redis is unreachable, spool it to disk instead of losing it."""
         if entry.reason not in REASONS:
             raise ValueError(f"unknown dead-letter reason {entry.reason!r}")
+        entry.last_response = response_excerpt(entry.last_response)
         try:
             self._write([entry])
             wait_for_replicas(self.redis)  # see hookline/store/replication.py

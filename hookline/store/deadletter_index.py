@@ -36,7 +36,9 @@ from typing import Any, Protocol
 
 import redis
 
+from hookline.core.config import settings
 from hookline.core.logs import log_event
+from hookline.store.event_log import EventLog
 from hookline.store.keys import DeadLetterKeys, endpoint_shard
 
 #: Entries read from the entries hash per step of a reindex.
@@ -134,8 +136,14 @@ def write_entries(client: Any, shard: DeadLetterKeys, entries: Sequence[IndexedE
         pipe.hset(shard.entries, mapping={entry_id: entry.to_json()
                                           for entry_id, entry in latest.items()})
         queue_index_writes(pipe, shard, list(latest.values()), reasons, statuses)
+        if not cluster:
+            log.record_dead(list(latest.values()), pipe=pipe)  # the event log: dead
 
+    log = EventLog(client)
+    cluster = settings().state_is_cluster
     in_transaction(client, shard, queue)
+    if cluster:
+        log.record_dead(entries)
 
 
 def remove_entries(client: Any, shard: DeadLetterKeys, ids: Sequence[str],

@@ -338,21 +338,19 @@ class EndpointRegistry:
                           secret_expiry={old: expiry[old] for old in kept}, updated_at=now)
         return self._save(rotated), new
 
-    def disable(self, endpoint_id: str, reason: str = "disabled by operator") -> Endpoint:
-        """Stop all sends. (``retries.disable_endpoint`` also moves the endpoint's scheduled
-        retries to the dead-letter queue.)"""
+    def disable(self, endpoint_id: str, reason: str = "disabled by operator", *,
+                by: str = "") -> Endpoint:
+        """Stop all sends, recording why, when and ``by`` whom. (``retries.disable_endpoint``
+        also moves the endpoint's scheduled retries to the dead-letter queue.)"""
         validate_reason(reason)
-        endpoint = self.require(endpoint_id)
-        saved = self._save(
-            replace(endpoint, enabled=False, disabled_reason=reason, updated_at=time.time())
-        )
-        return saved
+        endpoint, now = self.require(endpoint_id), time.time()
+        return self._save(replace(endpoint, enabled=False, disabled_reason=reason,
+                                  disabled_at=now, disabled_by=by, updated_at=now))
 
     def enable(self, endpoint_id: str) -> Endpoint:
         endpoint = self.require(endpoint_id)
-        return self._save(
-            replace(endpoint, enabled=True, disabled_reason="", updated_at=time.time())
-        )
+        return self._save(replace(endpoint, enabled=True, disabled_reason="", disabled_at=None,
+                                  disabled_by="", updated_at=time.time()))
 
     def pause(self, endpoint_id: str) -> Endpoint:
         """Hold every delivery to the endpoint in the retry schedule until :meth:`resume`:

@@ -27,7 +27,7 @@ from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint, SealedRecordError
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
-from hookline.store import keys
+from hookline.store import event_log, keys
 from hookline.store.delivery import delivered
 from hookline.store.history import (
     OUTCOME_LETTERS,
@@ -142,6 +142,13 @@ class Gate:
         self._admit = self.redis.register_script(store.load_script("admit"))
         self._settle = self.redis.register_script(store.load_script("settle"))
         self._release_dead: Any = None
+        self._event_log: event_log.EventLog | None = None
+
+    def _log(self) -> event_log.EventLog:
+        """The event log's writer, for a Redis Cluster's second step (see ``settle``)."""
+        if self._event_log is None:
+            self._event_log = event_log.EventLog(self.redis)
+        return self._event_log
 
     @classmethod
     def shared(cls) -> Gate:
@@ -225,6 +232,7 @@ class Gate:
         now_ms: int = 0,
         receipt: Receipt | None = None,
         ordering_key: str | None = None,
+        event_type: str = "",
     ) -> Settlement:
         """Record ``outcome``: delivered, rejected, failed, throttled or gone (see settle.lua).
 
@@ -237,9 +245,13 @@ class Gate:
         worker is refused (``fenced``), and a delivered one acknowledges it in the same step.
         ``ordering_key``: an ordered endpoint's delivery's key (the endpoint id by default): a
         delivered head lets the next of its key go, in the same step.
+        ``event_type``: the event's, for its row in the event log (``hookline.store.event_log``,
+        written here with ``record``: delivered, else retrying).
         """
         config = settings()
-        held, transition, fenced = store.call_script(
+        age_ms, most = event_log.log_args()
+        shard_prefix = event_log.inline_prefix(endpoint_id, config.state_shards)
+        reply = store.call_script(
             self._settle,
             keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
                   keys.leases_key(endpoint_id),
@@ -268,8 +280,14 @@ class Gate:
                 "1" if config.history_in_record else "0",
                 *(receipt.settle_args(outcome) if receipt is not None else ("", "")),
                 ordering_key or "",
+                event_log.endpoint_prefix(endpoint_id) if record is not None else "",
+                shard_prefix, endpoint_id, event_type, record.attempt if record else 0,
+                (record.status or 0) if record else 0, age_ms, most,
             ],
         )
+        held, transition, fenced = reply[:3]
+        if record is not None and not fenced and not shard_prefix:
+            self._log().index_after_settle(endpoint_id, event_id, outcome, event_type, reply)
         if receipt is not None:
             receipt.after_settle(outcome, fenced=bool(fenced))
         return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))

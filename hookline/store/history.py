@@ -159,6 +159,20 @@ class AttemptHistory:
         return {event_id: attempt_records(replies[2 * n], DeliveryRecord.parse(replies[2 * n + 1]))
                 for n, event_id in enumerate(event_ids)}
 
+    def latest_of(self, pairs: list[tuple[str, str]]) -> list[AttemptRecord | None]:
+        """The latest kept attempt of each ``(endpoint id, event id)`` (None: none kept), in
+        one round trip whatever their number."""
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id, event_id in pairs:
+            pipe.lindex(history_key(endpoint_id, event_id), -1)
+            pipe.get(delivery_key(endpoint_id, event_id))
+        replies = pipe.execute() if pairs else []
+        found: list[AttemptRecord | None] = []
+        for listed, record in zip(replies[::2], replies[1::2], strict=True):
+            records = attempt_records([listed] if listed else [], DeliveryRecord.parse(record))
+            found.append(records[-1] if records else None)
+        return found
+
     def recent(self, endpoint_id: str) -> RecentAttempts:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hmget(breaker_key(endpoint_id), RECENT_FIELDS)

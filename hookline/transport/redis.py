@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from time import monotonic, time
 from typing import TYPE_CHECKING, Any
 
@@ -49,21 +50,25 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from hookline.core.config import settings
+from hookline.core.envelope import decode_task
 from hookline.core.logs import log_event
 from hookline.core.messages import QUEUES
 from hookline.store.connection import load_script
+from hookline.store.event_log import EventLog
 from hookline.store.keys import (
     FAIR_WAITING_KEY,
     SCHEDULE_KEYS,
     WAKE_KEY,
     breaker_key,
     doorbell_key,
+    entry_shard,
     fair_waiting_key,
     leases_key,
     schedule_endpoint_key,
+    schedule_shards,
 )
 from hookline.transport.push import PushingChannel
 from hookline.transport.unacked import QoS
@@ -112,6 +117,26 @@ def _parked(entries: list[Any]) -> list[Parked]:
         metrics.count_deferral(endpoint_id, reason)
         parked.append((str(task_id), endpoint_id, event_id, reason, countdown))
     return parked
+
+
+def _held_rows(client: Any, parked: list[Parked]) -> list[tuple[str, str, str]]:
+    """``(endpoint id, event id, event type)`` of parked deliveries for the event log, the
+    type read from the message each left in the schedule (one HMGET per shard; '' when it
+    cannot be read: the row keeps the type it has)."""
+    count = settings().state_shards
+    ids = [f"{endpoint_id}/{event_id}" for _, endpoint_id, event_id, _, _ in parked]
+    pipe = client.pipeline(transaction=False)
+    for entry_id in ids:
+        pipe.hget(schedule_shards(count)[entry_shard(entry_id, count)].messages, entry_id)
+    rows = []
+    for entry_id, message in zip(ids, pipe.execute(), strict=True):
+        endpoint_id, _, event_id = entry_id.partition("/")
+        try:
+            event_type = str(decode_task(bytes_to_str(message))[1][1]) if message else ""
+        except (ValueError, KeyError, IndexError, TypeError):
+            event_type = ""
+        rows.append((endpoint_id, event_id, event_type))
+    return rows
 
 
 class Channel(PushingChannel):
@@ -299,6 +324,10 @@ class Channel(PushingChannel):
         if not entries:
             return
         parked = _parked(entries)
+        try:  # the event log's rows: held
+            EventLog(self.client).record_held(_held_rows(self.client, parked))
+        except RedisError as exc:
+            log_event("event_log.failed", level=logging.WARNING, error=type(exc).__name__)
         listener = getattr(self.connection.client, "parked_listener", None)
         if listener is not None:
             listener(parked)

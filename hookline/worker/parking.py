@@ -16,17 +16,34 @@ from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.core.policy import compute_backoff
 from hookline.delivery import retries
-from hookline.delivery.engine import DeliveryRequest
+from hookline.delivery.engine import ENDPOINT_HOLDS, DeliveryRequest
 from hookline.store import connection
+from hookline.store.event_log import EventLog
 from hookline.store.schedule import RetrySchedule, ScheduleFull
 
 _schedule: RetrySchedule | None = None
+_event_log: EventLog | None = None
 
 #: Redis errors that pass: the park is tried again with the message (requeued or restored),
 #: not dead-lettered.
 TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError,
              redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
              redis.exceptions.MasterDownError)
+
+
+def log_held(request: DeliveryRequest, reason: str) -> None:
+    """The event log's row of a delivery parked behind its held endpoint (paused, breaker
+    open or probing, Retry-After): held. A failed write is logged, not the task's failure."""
+    if reason not in ENDPOINT_HOLDS:
+        return
+    global _event_log
+    try:
+        if _event_log is None or _event_log.redis is not connection.client():
+            _event_log = EventLog()
+        _event_log.record_held([(request.endpoint_id, request.event_id, request.event_type)])
+    except redis.RedisError as exc:
+        log_event("event_log.failed", level=logging.WARNING, endpoint_id=request.endpoint_id,
+                  event_id=request.event_id, error=type(exc).__name__)
 
 
 def schedule() -> RetrySchedule:

@@ -46,7 +46,7 @@ from hookline.transport.receipt import receipt_for, wait_for_share
 from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these)
 from hookline.worker.celery import app
 from hookline.worker.held import HELD
-from hookline.worker.parking import ParkingTask
+from hookline.worker.parking import ParkingTask, log_held
 from hookline.worker.reconciler import RUNNING
 
 
@@ -122,6 +122,7 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
         if amqp:
             HELD.remember(endpoint_id, result)
         self.park_next(result.request, result.countdown)
+        log_held(result.request, result.reason)
         return {"outcome": "deferred", "reason": result.reason, "countdown": result.countdown}
     if isinstance(result, RetryDue):
         self.park_next(result.request, result.countdown, status=result.status,
@@ -170,6 +171,7 @@ def _park_held(task: DeliveryTask, request: DeliveryRequest, reason: str,
               reason=reason, attempt=request.attempts, countdown=countdown, by="worker")
     metrics.count_deferral(request.endpoint_id, reason)
     task.park_next(request, countdown)
+    log_held(request, reason)
     return {"outcome": "deferred", "reason": reason, "countdown": countdown}
 
 

@@ -79,13 +79,22 @@ def test_markup_in_a_dead_letter_is_shown_as_text(
     endpoint_id = endpoint(receiver, Reply(204))
     event_type = payload("type")
     error = payload("error")
+    response = payload("response")  # the receiver's answer, in the list's last error
     entry_id = dead_letter(endpoint_id, ID_PAYLOAD, event_type=event_type, last_error=error,
-                payload={"note": payload("payload")})
+                           last_response=response, payload={"note": payload("payload")})
 
     browser.open(console_path("dead_letters.letter_list", {"endpoint": endpoint_id}))
-    assert_inert(browser, ID_PAYLOAD, event_type, error)
+    assert_inert(browser, ID_PAYLOAD, event_type, error, response)
+    browser.click("#dead-letter-list input[type=checkbox]")  # its row ticked, to delete
+    browser.click("#delete-selected")
+    browser.wait(lambda page: page.css("#selection-confirm"))
+    assert_inert(browser, ID_PAYLOAD)
+    assert [row.get_attribute("data-entry-id")
+            for row in browser.css("#selected-letters tr[data-entry-id]")] == [entry_id]
     browser.open(console_path("dead_letters.letter_show", {"id": entry_id}))
     assert_inert(browser, ID_PAYLOAD, event_type, error)
+    browser.open(console_path("events.event_search", {"endpoint": endpoint_id}))  # the log
+    assert_inert(browser, ID_PAYLOAD, event_type)
     browser.open(console_path("events.event_search", {"event_id": ID_PAYLOAD}))
     assert_inert(browser, event_type)
     assert browser.by_id("event-report").get_attribute("data-event-id") == ID_PAYLOAD
@@ -140,3 +149,37 @@ def test_markup_in_a_url_is_not_reflected_as_html(browser: Browser) -> None:
     assert_inert(browser)
     browser.open(console_path("events.event_search", {"event_id": payload("query")}))
     assert_inert(browser)
+
+
+def test_markup_given_to_the_endpoint_forms_comes_back_only_as_text(
+        browser: Browser, console_state: redis.Redis, receiver: Receiver) -> None:
+    """What the add, URL and test-event pages reflect (an application typed in, a refused id
+    or URL, an event id in the path) is text; a reason shown beside the disabled state too."""
+    from urllib.parse import quote
+
+    endpoint_id = endpoint(receiver, Reply(204))
+    browser.open(console_path("endpoints.endpoint_new", {"app": payload("new-app")}))
+    assert_inert(browser)
+    assert browser.css("#endpoint-add input[name=app]")[0].get_attribute("value") == (
+        payload("new-app"))
+    forge_post(browser, "/endpoints", {**browser.csrf(), "endpoint_id": payload("new-id"),
+                                       "url": "http://127.0.0.1:9/x", "event_type": "*"})
+    assert browser.status() == 400
+    assert_inert(browser)
+    browser.open(f"/endpoints/{endpoint_id}")
+    forge_post(browser, f"/endpoints/{endpoint_id}/url",
+               {**browser.csrf(), "url": "http://127.0.0.1:9/" + payload("url")})
+    assert browser.status() == 400
+    assert_inert(browser)
+    browser.open(f"/endpoints/{endpoint_id}")
+    forge_post(browser, f"/endpoints/{endpoint_id}/subscriptions",
+               {**browser.csrf(), "event_types": payload("types")})
+    assert browser.status() == 400
+    assert_inert(browser)
+    browser.open(f"/endpoints/{endpoint_id}/test-events/" + quote(payload("test-id"), safe=""))
+    assert_inert(browser, payload("test-id"))
+    forge_post(browser, f"/endpoints/{endpoint_id}/disable",
+               {**browser.csrf(), "reason": payload("why")})
+    browser.open(f"/endpoints/{endpoint_id}")
+    assert_inert(browser, payload("why"))
+    assert payload("why") in browser.by_id("disabled-why").text

@@ -255,3 +255,28 @@ def test_stats_and_metrics_read_across_shards(on_cluster: ClusterSetup):
     started = time.monotonic()
     assert json_out("breaker", "status")  # every endpoint's breaker, TIME read on its own
     assert time.monotonic() - started < 10
+
+
+def test_the_event_log_on_the_cluster_rows_and_their_shard_indexes(on_cluster: ClusterSetup):
+    """The event log on a cluster: the row on the endpoint's slot, its index entry in its
+    shard's (a second call), read back merged across the shards on the masters."""
+    from hookline.store.event_log_pages import EventLogPages, LogFilter
+
+    ok = endpoint(on_cluster, always(Reply(204)))
+    bad = endpoint(on_cluster, always(Reply(400)))
+    send_webhook(ok.id, "order.paid", {"n": 1}, event_id="log-ok")
+    send_webhook(bad.id, "order.paid", {"n": 2}, event_id="log-bad")
+    delivered(ok.id, "log-ok")
+    dead_lettered(bad.id, "log-bad")
+    pages = EventLogPages()
+
+    def listed(selection: LogFilter) -> set[str]:
+        return {row.entry_id for row in pages.page(selection, limit=500).rows
+                if row.endpoint_id in (ok.id, bad.id)}
+
+    wait_until(lambda: listed(LogFilter()) == {f"{ok.id}/log-ok", f"{bad.id}/log-bad"},
+               timeout=10, what=lambda: listed(LogFilter()))
+    assert listed(LogFilter(status="dead")) == {f"{bad.id}/log-bad"}
+    assert listed(LogFilter(status="delivered", type_prefix="order.")) == {f"{ok.id}/log-ok"}
+    assert listed(LogFilter(endpoint_ids=[bad.id])) == {f"{bad.id}/log-bad"}
+    assert listed(LogFilter(status="retrying")) == set()  # the index entry moved on

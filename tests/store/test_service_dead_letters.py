@@ -64,15 +64,17 @@ def queued(monkeypatch) -> list[str]:
 def test_a_query_round_trips_through_its_url_parameters() -> None:
     query = DeadLetterQuery.from_params({
         "endpoint": "ep-a1", "reason": "rejected", "status": "410", "since": "1764435133.25",
-        "until": "2026-12-01T00:00:00+00:00", "min_attempts": "", "order": "newest",
+        "until": "2026-12-01T00:00:00+00:00", "min_attempts": "", "order": "oldest",
         "cursor": "ignored"})
     params = query.to_params()
     assert params == {"endpoint": "ep-a1", "reason": "rejected", "status": "410",
                       "since": "2025-11-29T16:52:13.250000+00:00",
-                      "until": "2026-12-01T00:00:00+00:00", "order": "newest"}
+                      "until": "2026-12-01T00:00:00+00:00", "order": "oldest"}
     assert DeadLetterQuery.from_params(params) == query
-    assert DeadLetterQuery.from_params({}) == DeadLetterQuery()
+    # Newest first unless told otherwise: the default is left out of a URL.
+    assert DeadLetterQuery.from_params({}) == DeadLetterQuery() == DeadLetterQuery(order="newest")
     assert DeadLetterQuery().to_params() == {}
+    assert DeadLetterQuery.from_params({"order": "newest"}).to_params() == {}
 
 
 @pytest.mark.parametrize(("params", "field", "says"), [
@@ -202,7 +204,11 @@ def test_a_job_snapshots_exactly_the_matching_entries_and_replays_each_once(lett
     parked = {retry.id: retry for retry in RetrySchedule().scheduled()}
     assert len(parked) == 20
     dues = sorted(retry.due for retry in parked.values())
-    assert 0.019 < (dues[-1] - dues[0]) / 19 < 0.021  # one endpoint's line at 50/s
+    # One endpoint's line at 50/s from the job's start. Entries already due when the run
+    # begins (it may start late on a loaded machine) go at once, so the line's second half is
+    # what keeps the pace exactly (unless the run started 0.18 s late); averaged over its ten
+    # gaps, as each due time is read off the clock when its entry is parked.
+    assert 0.019 < (dues[-1] - dues[-11]) / 10 < 0.021, dues
     assert audit.recent(OPERATOR, limit=1).items[0].action == "dead_letter.bulk_replay"
 
 

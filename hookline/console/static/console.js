@@ -3,6 +3,8 @@
 //   data-refresh-seconds (default 3) and replaces itself with the answer; the new element
 //   keeps refreshing only if it still carries data-refresh (a finished job stops).
 // - A form with data-confirm="<question>" asks before it submits.
+// - A checkbox with data-select-all="<form id>" ticks or clears every checkbox of that form
+//   (the dead-letter list's rows).
 "use strict";
 
 (function () {
@@ -41,6 +43,14 @@
     var form = event.target;
     var question = form.getAttribute && form.getAttribute("data-confirm");
     if (question && !window.confirm(question)) { event.preventDefault(); }
+  });
+
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    var formId = box.getAttribute && box.getAttribute("data-select-all");
+    if (!formId) { return; }
+    var selector = 'input[type="checkbox"][form="' + CSS.escape(formId) + '"]';
+    document.querySelectorAll(selector).forEach(function (row) { row.checked = box.checked; });
   });
 
   document.addEventListener("DOMContentLoaded", function () { watch(document); });

@@ -13,7 +13,8 @@
 --          (retryable: counts toward the breaker), 'throttled' (429: retryable, but the
 --          receiver is up, so not a breaker failure) or 'gone' (410: disable the endpoint)
 -- ARGV[3]  lifetime of the delivery record from this write, seconds
--- ARGV[4]  reason stored on the endpoint when the outcome is 'gone'
+-- ARGV[4]  reason stored on the endpoint when the outcome is 'gone' (with disabled_at, now
+--          in Unix seconds, and disabled_by '': the worker)
 -- ARGV[5]  Retry-After in milliseconds (capped by the caller), 0 for none
 -- ARGV[6]  consecutive failures that open the breaker
 -- ARGV[7]  first cool-down, milliseconds
@@ -44,10 +45,18 @@
 --          delivery; hookline/transport/unacked.py)
 -- ARGV[21] (optional) the delivery's ordering key, for an ordered endpoint: a delivered head
 --          lets the next delivery of its key's line go (piece_order.lua), in this step
--- Returns  {held, transition, fenced}: held is 1 if this attempt still held its lease;
+-- ARGV[22] the event log (piece_log.lua): the endpoint's prefix hookline:{ep}:, '' to log nothing
+-- ARGV[23] the log shard's prefix (hookline:{log}:) where this script may touch it, else ''
+-- ARGV[24] endpoint id      ARGV[25] event type      ARGV[26] the attempt's number
+-- ARGV[27] its HTTP status (0: none)                 ARGV[28] the log's retention, ms
+-- ARGV[29] most log rows per endpoint
+--          The row's status: delivered, else retrying (a dead letter's write follows, dead)
+-- Returns  {held, transition, fenced, now, was, was_type}: held is 1 if this attempt still held its lease;
 --          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
 --          else ''; fenced is 1 when a fence refused the outcome (nothing written): the
---          record gone (above), or the lease now held by another attempt (below).
+--          record gone (above), or the lease now held by another attempt (below); now is the
+--          Redis time written; was, was_type: the log row's previous index entry when this
+--          changed it (a cluster's caller removes it from its shard, piece_log.lua)
 -- The endpoint's in-flight count (admit.lua) goes down by one when the attempt's lease was
 -- still among the endpoint's leases (one that ran out and was pruned was counted out then;
 -- one taken over went with the takeover).
@@ -59,6 +68,7 @@
 --#include piece_clock.lua
 --#include piece_record.lua
 --#include piece_order.lua
+--#include piece_log.lua
 local outcome = ARGV[2]
 if ARGV[19] and ARGV[19] ~= '' then
   if ARGV[20] == '1' then
@@ -104,6 +114,7 @@ local function put(field, value)
 end
 if outcome == 'gone' then
   put('enabled', '0'); put('disabled_reason', ARGV[4])
+  put('disabled_at', string.format('%.3f', now / 1000)); put('disabled_by', '')
 end
 local drop = {}
 local breaker_state = breaker[1] or 'closed'
@@ -176,11 +187,18 @@ if ARGV[9] ~= '' then
 end
 
 redis.call('SET', KEYS[2], record_text(state, rest), 'EX', tonumber(ARGV[3]))
+local logged = {'', '', ''}
+if ARGV[22] and ARGV[22] ~= '' then
+  logged = {log_write(ARGV[22], ARGV[23], ARGV[24], ARGV[10], outcome == 'delivered' and 'd' or 'r',
+            ARGV[25], tonumber(ARGV[26]), tonumber(ARGV[27]), now, tonumber(ARGV[28]),
+            tonumber(ARGV[29]))}
+end
 if outcome == 'delivered' and ARGV[21] and ARGV[21] ~= '' then
   order_advance(KEYS[1], ARGV[21], ARGV[10], KEYS[5])
 end
 if not breaker[7] then
-  return {held, transition, 0}  -- the endpoint was removed meanwhile: nothing to record there
+  -- the endpoint was removed meanwhile: nothing to record there
+  return {held, transition, 0, now, logged[2], logged[3]}
 end
 if #set > 0 then
   redis.call('HSET', KEYS[1], unpack(set))
@@ -188,4 +206,4 @@ end
 if #drop > 0 then
   redis.call('HDEL', KEYS[1], unpack(drop))
 end
-return {held, transition, 0}
+return {held, transition, 0, now, logged[2], logged[3]}
