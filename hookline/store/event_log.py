@@ -132,6 +132,12 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
+def log_text(value: str) -> str:
+    """``value`` as the log stores it: a malformed event's lone surrogate (which Redis's UTF-8
+    cannot carry; the dead letter keeps the original) as its escape, ``\\udcff``."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def log_args() -> tuple[int, int]:
     """The retention in ms and the most rows per endpoint, from the settings."""
     config = settings()
@@ -162,6 +168,8 @@ class EventLog:
         """Log ``status`` for the event at the endpoint at ``at_ms`` (ms of Redis time; 0:
         now). ``event_type`` '' and ``attempts`` or ``last_status`` None keep the row's."""
         age_ms, most = log_args()
+        endpoint_id, event_id = log_text(endpoint_id), log_text(event_id)
+        event_type = log_text(event_type)
         shard_prefix = self.inline_prefix(endpoint_id)
         args: list[str | int] = ["row", endpoint_prefix(endpoint_id), shard_prefix,
                 endpoint_id, event_id, STATUS_LETTERS[status], event_type,
@@ -199,11 +207,12 @@ class EventLog:
                 continue
             if pipe is not None and not settings().state_is_cluster:
                 age_ms, most = log_args()
-                self._script(keys=[log_key(entry.endpoint_id)], client=pipe, args=[
-                    "row", endpoint_prefix(entry.endpoint_id),
-                    self.inline_prefix(entry.endpoint_id), entry.endpoint_id, entry.event_id,
-                    STATUS_LETTERS["dead"], entry.event_type, entry.attempts,
-                    entry.last_status or 0, 0, age_ms, most])
+                endpoint_id = log_text(entry.endpoint_id)
+                self._script(keys=[log_key(endpoint_id)], client=pipe, args=[
+                    "row", endpoint_prefix(endpoint_id), self.inline_prefix(endpoint_id),
+                    endpoint_id, log_text(entry.event_id), STATUS_LETTERS["dead"],
+                    log_text(entry.event_type), entry.attempts, entry.last_status or 0, 0,
+                    age_ms, most])
             else:  # after the dead letter's own transaction: its failure is not the letter's
                 try:
                     self.record(entry.endpoint_id, entry.event_id, "dead",

@@ -32,16 +32,17 @@ def test_dead_letter_pages_counts_reindex_and_a_bulk_job_on_a_cluster(
                              "rejected" if n % 2 else "exhausted", attempts=2,
                              last_status=400 if n % 2 else 503, dead_lettered_at=now - 500 + n)
                   for n in range(40) for endpoint_id in endpoints])
-    query = DeadLetterQuery(reason="rejected", since=now - 490)
-    assert dead_letters.count(OPERATOR, query) == 8 * 15
-    seen, cursor = [], None
-    while True:
-        page = dead_letters.list_page(OPERATOR, query, cursor, limit=11)
-        seen += [(entry.dead_lettered_at, entry.id) for entry in page.items]
-        if page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-    assert seen == sorted(seen) and len(set(seen)) == 120
+    for order in ("newest", "oldest"):  # newest first unless asked
+        query = DeadLetterQuery(reason="rejected", since=now - 490, order=order)
+        assert dead_letters.count(OPERATOR, query) == 8 * 15
+        seen, cursor = [], None
+        while True:
+            page = dead_letters.list_page(OPERATOR, query, cursor, limit=11)
+            seen += [(entry.dead_lettered_at, entry.id) for entry in page.items]
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert seen == sorted(seen, reverse=order == "newest") and len(set(seen)) == 120
     assert dead_letters.reindex(OPERATOR) == 8 * 40
     one = DeadLetterQuery(endpoint="cl-dlq-3", status=503)
     assert dead_letters.count(OPERATOR, one) == 20
