@@ -51,7 +51,7 @@ from bench import heapwatch
 from bench import soak_report as report
 from bench.chaos_procs import AofRedis, WorkerFleet, clean_env
 from bench.common import run_bench
-from bench.soak_parts import Fleet, Plan, Receivers, SoakRedis, endpoint_plan
+from bench.soak_parts import Fleet, Plan, Receivers, SoakRedis, endpoint_plan, where_held
 from bench.soak_servers import SentinelRedis
 
 #: How the workers are set for the soak: short timeouts and retries, so that every event is
@@ -296,6 +296,7 @@ class Soak:
             "dead_lettered_without_reason": sum(1 for r in reasons if r == "dead:"),
             "unsettled": len(self.unchecked) + len(self.stuck),
             "unsettled_sample": sorted(self.unchecked + self.stuck)[:20],
+            "unsettled_where": self.where(sorted(self.unchecked + self.stuck)[:20]),
             "not_enqueued": len(self.events) - len(self.enqueued_at),
             "duplicates": report.duplicates(records["main"] + records["down"],
                                             set(self.events)),
@@ -314,6 +315,15 @@ class Soak:
         summary["checks"] = report.verdict(summary, gate_slopes=not options.quick)
         summary["ok"] = all(summary["checks"].values())
         return summary
+
+    def where(self, sample: list[str]) -> dict[str, list[str]]:
+        """Where the unsettled sample is held in Redis (``where_held``), read at the end."""
+        if not sample:
+            return {}
+        try:
+            return where_held(self.redis.quick_client(), sample)
+        except redis.RedisError as exc:
+            return {"error": [repr(exc)]}
 
     def stop(self) -> None:
         if self.fleet is not None:

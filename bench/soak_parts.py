@@ -309,3 +309,27 @@ class Fleet:
         elif kind == "worker_pause":
             worker = next(w for w in self.workers.workers if w.name == target)
             worker.process.send_signal(signal.SIGCONT)
+
+
+def where_held(client: redis.Redis, event_ids: list[str], *, most_keys: int = 20_000
+               ) -> dict[str, list[str]]:
+    """For each of ``event_ids`` (a sample of the unsettled), the Redis keys whose contents
+    name it: the queue, an unacked record, the schedule, a fair share's waiting list, a held
+    park, a delivery record... (the soak's own diagnosis when an event never settles; it
+    reads every key, so only at the end of a run, on a small Redis)."""
+    found: dict[str, list[str]] = {event_id: [] for event_id in event_ids}
+    for n, key in enumerate(client.scan_iter(count=1000)):
+        if n >= most_keys:
+            break
+        kind = client.type(key)
+        text = {
+            "list": lambda k: "\n".join(client.lrange(k, 0, -1)),
+            "zset": lambda k: "\n".join(client.zrange(k, 0, -1)),
+            "set": lambda k: "\n".join(client.smembers(k)),
+            "hash": lambda k: "\n".join(f"{f}={v}" for f, v in client.hgetall(k).items()),
+            "string": lambda k: str(client.get(k)),
+        }.get(kind, lambda k: "")(key)
+        for event_id in event_ids:
+            if event_id in text or event_id in key:
+                found[event_id].append(f"{kind} {key}")
+    return found

@@ -200,6 +200,8 @@ def table(summary: dict[str, Any]) -> str:
             f"{m} {heap[m]['percent_per_hour']} %/h" for m in
             ("rss", "blocks", "malloc", "malloc_free", "objects") if m in heap)
             + f"; grew most: {heap['types_grown']}")
+    for event_id, keys in list(summary.get("unsettled_where", {}).items())[:5]:
+        lines.append(f"  unsettled {event_id} held in: {', '.join(keys) or 'no key'}")
     for check, held in summary["checks"].items():
         lines.append(f"  [{'ok' if held else 'FAILED'}] {check}")
     return "\n".join(lines)
