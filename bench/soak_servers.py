@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from hookline.store.sentinel import FollowingPool
 from tests.support.sentinel import SentinelDeployment
 
 #: The master's name for the Sentinels and the workers (``HOOKLINE_SENTINEL_MASTER``).
@@ -68,8 +69,10 @@ class SentinelRedis:
 
     def _master(self, **options: object) -> redis.Redis:
         sentinels = [("127.0.0.1", port) for port in self.deployment.sentinel_ports]
+        # Hookline's own pool (as its publisher's): it follows a failover within a second,
+        # where redis-py's stays on the demoted master until Sentinel reconfigures it
         return Sentinel(sentinels, socket_timeout=1).master_for(
-            MASTER, decode_responses=True, **options)
+            MASTER, connection_pool_class=FollowingPool, decode_responses=True, **options)
 
     def client(self) -> redis.Redis:
         return self._master(socket_timeout=10)
