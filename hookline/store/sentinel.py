@@ -35,6 +35,17 @@ FOLLOW_EVERY = 1.0
 #: When each pool last asked the Sentinels (monotonic seconds).
 _asked_at: weakref.WeakKeyDictionary[SentinelConnectionPool, float] = (
     weakref.WeakKeyDictionary())
+#: When each pool last found its master moved (monotonic seconds).
+_moved_at: weakref.WeakKeyDictionary[SentinelConnectionPool, float] = (
+    weakref.WeakKeyDictionary())
+
+
+def moved_within(pool: Any, seconds: float) -> bool:
+    """Whether ``pool`` (a :class:`FollowingPool`) found its master moved in the last
+    ``seconds``: a write let go of in that time may have gone to the demoted master on a
+    connection taken before, while its check of the replicas ran on the new one."""
+    moved = _moved_at.get(pool)
+    return moved is not None and monotonic() - moved < seconds
 
 
 def follow(pool: SentinelConnectionPool) -> tuple[str, int] | None:
@@ -86,6 +97,13 @@ class FollowingPool(SentinelConnectionPool):
         follow(self)
         return super().get_connection(*args, **kwargs)
 
+    def get_master_address(self) -> Any:
+        before = self.master_address
+        address = super().get_master_address()
+        if before is not None and address is not None and tuple(address) != tuple(before):
+            _moved_at[self] = monotonic()
+        return address
+
 
 def master_client(url: str, **options: Any) -> redis.Redis:
     """A client on the master that the Sentinels of ``url`` name (``HOOKLINE_SENTINEL_MASTER``),
@@ -99,8 +117,8 @@ def master_client(url: str, **options: Any) -> redis.Redis:
     sentinel_kwargs = {key: value for key, value in options.items() if key.startswith("socket_")}
     if config.sentinel_password:
         sentinel_kwargs["password"] = config.sentinel_password
-    credentials = {key: value for key, value in (("username", address.username),
-                                                 ("password", address.password)) if value}
+    credentials: dict[str, Any] = {key: value for key, value in (
+        ("username", address.username), ("password", address.password)) if value}
     manager = Sentinel(list(address.sentinels), sentinel_kwargs=sentinel_kwargs)
     return manager.master_for(config.sentinel_master, connection_pool_class=FollowingPool,
                               db=address.db, **credentials, **options)
