@@ -60,6 +60,7 @@ demo: $(DEMO_STAMP) redis
 test: $(STAMP)
 	REDIS_URL=$(TEST_REDIS_URL) scripts/ensure-redis.sh
 	scripts/ensure-chromium.sh
+	scripts/ensure-prometheus.sh
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The fast tier: pure unit tests and store tests on the real Redis, no worker processes and no

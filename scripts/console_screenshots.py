@@ -1,5 +1,6 @@
 """Take the console's and the portal's screenshots for the docs (docs/images/console-*.png,
-portal-home.png and portal-events.png), 1280x800 each.
+portal-home.png, portal-events.png, portal-endpoint.png and portal-dead-letters.png), 1280x800
+each.
 
     .venv/bin/python scripts/console_screenshots.py [--redis-port 6395] [--output docs/images]
 
@@ -9,7 +10,8 @@ receiver, a worker, ``hookline console`` with the portal, and a headless Chromiu
 ``chromium`` and ``/usr/bin/chromedriver``, with selenium; ``scripts/ensure-chromium.sh``
 installs them). It seeds a small deployment through the library and the service, as a host
 and an operator would: two applications, a few endpoints, one whose receiver fails until its
-circuit breaker opens, one paused, dead letters, an hour of delivery counts, a bulk replay
+circuit breaker opens, one paused, dead letters, an hour of delivery counts, a day of endpoint
+health for two endpoints, a bulk replay
 running at 20 entries a minute, and a few operator actions for the audit log.
 
 With Pillow installed the images are reduced to a small palette (text and flat colours stay
@@ -197,6 +199,36 @@ def backfill_counts(minutes: int = 60, seed: int = 7) -> None:
     tallies.flush()
 
 
+def backfill_health(seed: int = 11) -> None:
+    """A day of attempts at acme-orders (steady, a slow spell) and acme-billing (failing for
+    the last two hours), written the way the workers write them (``hookline.worker.health``),
+    so that the endpoint pages' charts have a history to draw."""
+    from hookline.store.history import AttemptRecord
+    from hookline.worker.health import HealthTally
+
+    rng = random.Random(seed)
+    now = time.time()
+    tally = HealthTally(interval=0)
+    for back in range(1440, 0, -1):
+        at = now - back * 60
+        slow = 1.0 + (2.5 if 300 <= back <= 340 else 0.0) + 0.3 * math.sin(back / 40)
+        for n in range(6):
+            failed = rng.random() < (0.25 if 300 <= back <= 340 else 0.01)
+            tally.observe("acme-orders", f"evt_seed_o{back}_{n}", AttemptRecord(
+                attempt=1, at=at + 10 * n, outcome="failed" if failed else "delivered",
+                status=503 if failed else 204, latency=0.045 * slow * rng.lognormvariate(0, 0.4),
+                response='{"error": "upstream busy"}' if failed else ""))
+        if back % 3 == 0:
+            failing = back <= 120
+            tally.observe("acme-billing", f"evt_seed_b{back}", AttemptRecord(
+                attempt=1, at=at, outcome="failed" if failing else "delivered",
+                status=500 if failing else 200, latency=0.12 * rng.lognormvariate(0, 0.3),
+                response="Internal Server Error" if failing else "ok"))
+        if back % 60 == 0:
+            tally.flush()
+    tally.flush()
+
+
 def operate(receiver: Any) -> str:
     """What an operator did today (the audit log's entries), and a bulk replay of nw-legacy's
     dead letters at 20 a minute once its receiver was fixed; returns the job's id."""
@@ -289,6 +321,8 @@ def take_shots(driver: Any, base: str, output: Path, job_id: str) -> None:
     shoot(driver, f"{base}/dead-letters/jobs/{job_id}", output / "console-bulk-replay.png")
     shoot(driver, f"{base}/", output / "console-overview.png")
     shoot(driver, f"{base}/endpoints/acme-billing", output / "console-endpoint.png")
+    shoot(driver, f"{base}/endpoints/acme-orders#endpoint-health-chart",
+          output / "console-endpoint-health.png")
     shoot(driver, f"{base}/events?event_id={SHOWN_EVENT}", output / "console-event.png")
     shoot(driver, f"{base}/events?endpoint=nw-legacy&status=dead&since=1h",
           output / "console-event-log.png")
@@ -300,6 +334,8 @@ def take_shots(driver: Any, base: str, output: Path, job_id: str) -> None:
     driver.delete_all_cookies()
     shoot(driver, portal.portal_link("acme-shop"), output / "portal-home.png")
     shoot(driver, f"{base}/portal/events", output / "portal-events.png")
+    shoot(driver, f"{base}/portal/endpoints/acme-billing", output / "portal-endpoint.png")
+    shoot(driver, f"{base}/portal/dead-letters", output / "portal-dead-letters.png")
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -335,6 +371,7 @@ def main() -> None:
         with Receiver(port=RECEIVER_PORT) as receiver:
             seed_endpoints(receiver)
             backfill_counts()
+            backfill_health()
             processes.append(start(
                 [sys.executable, "-m", "celery", "-A", "app", "worker", "-l", "info", "-P",
                  "threads", "-c", "8", "-n", "shots@%h", "--without-gossip", "--without-mingle",

@@ -12,7 +12,7 @@ from werkzeug.wrappers import Response
 
 from hookline.console.chart import line_chart
 from hookline.console.visit import Routes, Visit
-from hookline.service import audit
+from hookline.service import audit, endpoint_health
 from hookline.service import schedule as retry_schedule
 from hookline.service import stats as service_stats
 
@@ -26,6 +26,8 @@ CHART_SPANS = {60: "hour", 360: "6 hours", 1440: "day"}
 CHART_OUTCOMES = ("delivered", "retry_scheduled", "dead_lettered", "deferred")
 #: Breakers needing attention the overview lists.
 OVERVIEW_ROWS = service_stats.ATTENTION_ROWS
+#: Disabled endpoints, and failing ones, the overview lists (each counted in full).
+TROUBLED_ROWS = 200
 
 
 # -- filters ---------------------------------------------------------------------------------
@@ -72,15 +74,21 @@ FILTERS = {"when": when, "percent": percent, "seconds": seconds, "endpoint_state
 def overview(visit: Visit) -> Response:
     """What an operator asks first; its figures refresh. Bounded whatever the number of
     endpoints (``service.stats.overview``): ``hookline stats`` is the full screen."""
-    return visit.render("overview.html", overview=service_stats.overview(visit.actor),
-                        most=OVERVIEW_ROWS)
+    return visit.render("overview.html", **_overview_figures(visit))
 
 
 @routes.get("/overview/fragment")
 def overview_fragment(visit: Visit) -> Response:
     """The overview's figures alone: the overview page refreshes itself with them."""
-    return visit.render("_overview_figures.html",
-                        overview=service_stats.overview(visit.actor), most=OVERVIEW_ROWS)
+    return visit.render("_overview_figures.html", **_overview_figures(visit))
+
+
+def _overview_figures(visit: Visit) -> dict[str, Any]:
+    """The figures, the last hour's totals, and every disabled or failing endpoint (at most
+    :data:`TROUBLED_ROWS` of each listed, all counted)."""
+    return {"overview": service_stats.overview(visit.actor), "most": OVERVIEW_ROWS,
+            "hour": endpoint_health.last_hour(visit.actor),
+            "troubled": endpoint_health.troubled_endpoints(visit.actor, limit=TROUBLED_ROWS)}
 
 
 @routes.get("/schedule")

@@ -122,6 +122,7 @@ class Settings:
     history_retention: float | None = None
     history_attempts: int = 50
     history_body_bytes: int = 256
+    health_interval: float = 10.0
     #: The event log (``hookline.store.event_log``): seconds an event is kept after its latest
     #: change, and most events kept per endpoint (the latest).
     event_log_retention: float = 3 * 86400.0

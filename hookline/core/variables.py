@@ -273,6 +273,10 @@ SETTINGS = (
         ("HOOKLINE_EVENT_LOG_PER_ENDPOINT", "event_log_per_endpoint",
          Integer(10_000, minimum=1, maximum=1_000_000),
          "Most events the event log keeps per endpoint (the latest changed)."),
+        ("HOOKLINE_HEALTH_INTERVAL", "health_interval", Number(10.0, minimum=0.1, maximum=60.0),
+         "Seconds between a worker process's writes of endpoint health (attempts per minute, "
+         "latency, the latest attempts: the endpoint pages' chart), one round trip for every "
+         "endpoint it attempted; what a killed worker counted since its last write is lost."),
     ),
     *_group(
         "Outbox",

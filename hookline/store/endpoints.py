@@ -42,7 +42,7 @@ from hookline.core.endpoint_validation import (
 )
 from hookline.core.subscriptions import SubscriptionError, check_app_id, subscribed, unknown_filters
 from hookline.store import connection as store
-from hookline.store import keys
+from hookline.store import disabled, health, keys
 from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
 
@@ -344,13 +344,17 @@ class EndpointRegistry:
         also moves the endpoint's scheduled retries to the dead-letter queue.)"""
         validate_reason(reason)
         endpoint, now = self.require(endpoint_id), time.time()
-        return self._save(replace(endpoint, enabled=False, disabled_reason=reason,
-                                  disabled_at=now, disabled_by=by, updated_at=now))
+        saved = self._save(replace(endpoint, enabled=False, disabled_reason=reason,
+                                   disabled_at=now, disabled_by=by, updated_at=now))
+        disabled.mark(self.redis, endpoint_id, now)  # the overview's index (store/disabled.py)
+        return saved
 
     def enable(self, endpoint_id: str) -> Endpoint:
         endpoint = self.require(endpoint_id)
-        return self._save(replace(endpoint, enabled=True, disabled_reason="", disabled_at=None,
-                                  disabled_by="", updated_at=time.time()))
+        saved = self._save(replace(endpoint, enabled=True, disabled_reason="",
+                                   disabled_at=None, disabled_by="", updated_at=time.time()))
+        disabled.clear(self.redis, endpoint_id)
+        return saved
 
     def pause(self, endpoint_id: str) -> Endpoint:
         """Hold every delivery to the endpoint in the retry schedule until :meth:`resume`:
@@ -385,8 +389,10 @@ class EndpointRegistry:
         # The endpoint's own keys share its slot: one DEL removes it whole; the index entries
         # (other slots on a Redis Cluster) go after, and readers skip an id left without
         # its hash.
-        self.redis.delete(*keys.endpoint_owned_keys(endpoint_id))
+        self.redis.delete(*keys.endpoint_owned_keys(endpoint_id),
+                          health.attempts_key(endpoint_id))
         self.redis.srem(self._index_key(endpoint_id), endpoint_id)
+        disabled.clear(self.redis, endpoint_id)
         self.redis.srem(keys.ORDERED_ENDPOINTS, endpoint_id)
         if endpoint.app:
             self.redis.srem(keys.app_endpoints_key(endpoint.app), endpoint_id)

@@ -18,16 +18,19 @@ receiver whatever their number.
 from __future__ import annotations
 
 import enum
+import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint, SealedRecordError
+from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
-from hookline.store import event_log, keys
+from hookline.store import disabled, event_log, keys
 from hookline.store.delivery import delivered
 from hookline.store.history import (
     OUTCOME_LETTERS,
@@ -126,6 +129,21 @@ BREAKER_FIELDS = ("state", "failures", "cooldown_ms", "open_until", "opened_at",
 
 
 _SHARED: dict[str, Gate] = {}
+#: Called with (endpoint id, event id, record) after every settled attempt that was not
+#: fenced: in memory only (the worker's health tally, ``hookline.worker.health``). An
+#: observer's error is logged, never raised into the delivery.
+ATTEMPT_OBSERVERS: list[Callable[[str, str, AttemptRecord], None]] = []
+
+
+def _observe(endpoint_id: str, event_id: str, record: AttemptRecord) -> None:
+    for observer in ATTEMPT_OBSERVERS:
+        try:
+            observer(endpoint_id, event_id, record)
+        except Exception as exc:
+            log_event("attempt.observer_failed", level=logging.WARNING,
+                      error=type(exc).__name__)
+
+
 _DELIVERY_DOORBELL = keys.doorbell_key(DELIVERY_QUEUE)
 
 
@@ -211,6 +229,7 @@ class Gate:
         if verdict is Verdict.BUSY:
             return Admission(verdict, wait=int(reply[1]) / 1000.0)
         if verdict is Verdict.DISABLED:
+            disabled.mark(self.redis, endpoint_id, keep_first=True)  # see store/disabled.py
             return Admission(verdict, detail=str(reply[1]))
         if verdict is Verdict.CAPPED:
             return Admission(verdict, detail=f"{reply[1]} attempts in flight")
@@ -288,6 +307,10 @@ class Gate:
         held, transition, fenced = reply[:3]
         if record is not None and not fenced and not shard_prefix:
             self._log().index_after_settle(endpoint_id, event_id, outcome, event_type, reply)
+        if outcome == "gone" and not fenced:
+            disabled.mark(self.redis, endpoint_id)  # settle.lua disabled it (store/disabled.py)
+        if record is not None and not fenced:
+            _observe(endpoint_id, event_id, record)
         if receipt is not None:
             receipt.after_settle(outcome, fenced=bool(fenced))
         return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))

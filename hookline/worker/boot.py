@@ -156,6 +156,23 @@ _relay: Any = None
 
 
 @worker_init.connect
+def _index_disabled(sender: Any = None, **_: object) -> None:
+    """Every disabled endpoint in the overview's index (hookline.store.disabled), whatever
+    disabled it and whatever process died before writing the index."""
+    if not _ours(sender):
+        return
+    from hookline.store import connection as store
+    from hookline.store import disabled
+    from hookline.store.endpoints import registered_ids
+
+    try:
+        client = store.client()
+        disabled.rebuild(client, registered_ids(client))
+    except redis.RedisError as exc:
+        log_event("disabled_index.unchecked", level=logging.WARNING, error=type(exc).__name__)
+
+
+@worker_init.connect
 def _find_outbox(sender: Any = None, **_: object) -> None:
     """With ``HOOKLINE_OUTBOX=on`` every worker runs the outbox's relay (hookline.outbox.relay)
     once ready, reading the database ``HOOKLINE_OUTBOX_URL`` names, else the Django project's

@@ -45,9 +45,12 @@ from hookline.transport.liveness import process_liveness
 from hookline.transport.receipt import receipt_for, wait_for_share
 from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these)
 from hookline.worker.celery import app
+from hookline.worker.health import install as count_health
 from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask, log_held
 from hookline.worker.reconciler import RUNNING
+
+count_health()  # every settled attempt of this process counts in endpoint health
 
 
 class DeliveryTask(ParkingTask):

@@ -127,7 +127,8 @@ def test_every_page_is_in_the_navigation() -> None:
 # -- names the docs give: files, modules and commands that exist -----------------------------
 
 #: Folders of the repository whose files the docs name by path.
-REPOSITORY_FOLDERS = ("hookline", "tests", "bench", "scripts", "examples", "app", "tasks", "docs")
+REPOSITORY_FOLDERS = ("hookline", "tests", "bench", "scripts", "examples", "app", "tasks", "docs",
+                      "deploy")
 #: A file or folder path in the repository: ``hookline/store/lua/consume.lua``, ``tests/unit/``.
 REPOSITORY_PATH = re.compile(rf"(?<![\w./-])(?:{'|'.join(REPOSITORY_FOLDERS)})/[\w./*-]*")
 #: ``hookline/<version>``, the User-Agent, is no path.
