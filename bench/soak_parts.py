@@ -311,25 +311,35 @@ class Fleet:
             worker.process.send_signal(signal.SIGCONT)
 
 
-def where_held(client: redis.Redis, event_ids: list[str], *, most_keys: int = 20_000
+def where_held(client: redis.Redis, event_ids: list[str], *, batch: int = 500
                ) -> dict[str, list[str]]:
     """For each of ``event_ids`` (a sample of the unsettled), the Redis keys whose contents
     name it: the queue, an unacked record, the schedule, a fair share's waiting list, a held
     park, a delivery record... (the soak's own diagnosis when an event never settles; it
-    reads every key, so only at the end of a run, on a small Redis)."""
+    reads every key, pipelined, so only at the end of a run)."""
     found: dict[str, list[str]] = {event_id: [] for event_id in event_ids}
-    for n, key in enumerate(client.scan_iter(count=1000)):
-        if n >= most_keys:
-            break
-        kind = client.type(key)
-        text = {
-            "list": lambda k: "\n".join(client.lrange(k, 0, -1)),
-            "zset": lambda k: "\n".join(client.zrange(k, 0, -1)),
-            "set": lambda k: "\n".join(client.smembers(k)),
-            "hash": lambda k: "\n".join(f"{f}={v}" for f, v in client.hgetall(k).items()),
-            "string": lambda k: str(client.get(k)),
-        }.get(kind, lambda k: "")(key)
-        for event_id in event_ids:
-            if event_id in text or event_id in key:
-                found[event_id].append(f"{kind} {key}")
+    readers = {"list": lambda p, k: p.lrange(k, 0, -1), "zset": lambda p, k: p.zrange(k, 0, -1),
+               "set": lambda p, k: p.smembers(k), "hash": lambda p, k: p.hgetall(k),
+               "string": lambda p, k: p.get(k)}
+    found["(keys read)"] = []
+    read = 0
+    keys = list(client.scan_iter(count=1000))
+    for start in range(0, len(keys), batch):
+        chunk = keys[start:start + batch]
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.type(key)
+        kinds = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        readable = [(key, kind) for key, kind in zip(chunk, kinds, strict=True)
+                    if kind in readers]
+        for key, kind in readable:
+            readers[kind](pipe, key)
+        for (key, kind), value in zip(readable, pipe.execute(), strict=True):
+            text = str(value)
+            read += 1
+            for event_id in event_ids:
+                if event_id in text or event_id in key:
+                    found[event_id].append(f"{kind} {key}")
+    found["(keys read)"] = [str(read)]
     return found
