@@ -53,6 +53,7 @@ from bench.chaos_procs import AofRedis, WorkerFleet, clean_env
 from bench.common import run_bench
 from bench.soak_parts import Fleet, Plan, Receivers, SoakRedis, endpoint_plan, where_held
 from bench.soak_servers import SentinelRedis
+from hookline.core.config import configure
 
 #: How the workers are set for the soak: short timeouts and retries, so that every event is
 #: final within minutes; records and dead letters kept long enough to be checked, short
@@ -162,6 +163,10 @@ class Soak:
         for key in [k for k in os.environ if k not in env]:
             del os.environ[key]
         os.environ.update(env)  # ``app`` reads its settings once per process
+        # and this process's settings were read at import, without the Sentinel URL: its own
+        # publishing (the driver's enqueue) then waited for no replica, and a failover lost
+        # what it pushed to the demoted master (384-1,309 events in the runs of 2026-12-04)
+        configure()
         self.receivers = Receivers(options.workdir)
         client = self.redis.client()
         plan = endpoint_plan(client, self.receivers)
