@@ -67,7 +67,8 @@ def _form_values(visit: Visit) -> dict[str, str]:
 def letter_show(visit: Visit) -> Response:
     """One dead letter (``?id=<endpoint>/<event id>``), its payload included."""
     entry = dead_letters.get(visit.actor, visit.param("id"))
-    return visit.render("dead_letter.html", entry=entry)
+    return visit.render("dead_letter.html", entry=entry,
+                        blocked=selection.blocked_entries(visit.actor, [entry]))
 
 
 @routes.post("/dead-letters/replay")

@@ -15,6 +15,7 @@ from typing import Any
 from werkzeug.wrappers import Response
 
 from hookline.console.visit import Routes, Visit
+from hookline.service import dead_letter_selection as selection
 from hookline.service import event_log, events
 
 routes = Routes("events")
@@ -36,7 +37,8 @@ def event_search(visit: Visit) -> Response:
         report = events.find_event(visit.actor, query["event_id"],
                                    endpoint=query["endpoint"] or None,
                                    app=query["app"] or None, budget=events.SEARCH_SECONDS)
-        return visit.render("events.html", query=query, report=report)
+        return visit.render("events.html", query=query, report=report,
+                            blocked=selection.blocked_entries(visit.actor, report.dead_letters()))
     return visit.render("events.html", query=query, report=report, **log_values(visit))
 
 

@@ -33,6 +33,7 @@ from hookline.console.endpoint_forms import (
 from hookline.console.endpoints import endpoint_page
 from hookline.console.events import log_values, replay_then_show
 from hookline.console.visit import Face, Routes, Visit
+from hookline.service import dead_letter_selection as selection
 from hookline.service import dead_letters, endpoint_actions, endpoint_setup, endpoints, events
 from hookline.service.dead_letters import DeadLetterQuery
 
@@ -174,7 +175,8 @@ def event_search(visit: Visit) -> Response:
     if query["event_id"]:
         report = events.find_event(visit.actor, query["event_id"],
                                    endpoint=query["endpoint"] or None)
-        return render(visit, "events.html", query=query, report=report)
+        return render(visit, "events.html", query=query, report=report,
+                      blocked=selection.blocked_entries(visit.actor, report.dead_letters()))
     return render(visit, "events.html", query=query, report=None, **log_values(visit))
 
 
@@ -202,7 +204,8 @@ def letter_list(visit: Visit) -> Response:
 @routes.get("/dead-letters/entry")
 def letter_show(visit: Visit) -> Response:
     entry = dead_letters.get(visit.actor, visit.param("id"))
-    return render(visit, "dead_letter.html", entry=entry)
+    return render(visit, "dead_letter.html", entry=entry,
+                  blocked=selection.blocked_entries(visit.actor, [entry]))
 
 
 @routes.post("/dead-letters/replay")

@@ -43,7 +43,7 @@ from hookline.service.actor import Actor, NotFound
 from hookline.service.dead_letters import NotReplayable as NotReplayable  # re-exported
 from hookline.service.endpoints import require_endpoint, require_known_endpoint
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import CONFLICT_SUFFIX
+from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetter
 from hookline.store.deadletter_pages import DeadLetterPages
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.events import EventDelivery, EventView
@@ -84,6 +84,14 @@ class EventReport:
     @property
     def found(self) -> bool:
         return bool(self.published or self.deliveries)
+
+    def dead_letters(self) -> list[DeadLetter]:
+        """The dead letters a replay from this report would send again (a replay's
+        warning, ``dead_letter_selection.blocked_entries``, reads their endpoints)."""
+        deliveries = [*self.deliveries,
+                      *(delivery for outcome in self.published for delivery in outcome.deliveries)]
+        return [delivery.dead_letter for delivery in deliveries
+                if delivery.state == "dead_lettered" and delivery.dead_letter is not None]
 
 
 def _traced(delivery: EventDelivery) -> bool:

@@ -214,3 +214,20 @@ def test_a_tenant_deletes_and_purges_only_its_own_dead_letters(tenant, letters):
     assert tenant.post("/dead-letters/purge", {"endpoint": "b-1", "as_of": as_of}
                        ).status_code == 404
     assert ids(letters) == ["b-1/evt-b"]
+
+
+def test_a_dead_letters_page_and_its_events_page_warn_before_a_replay_to_a_disabled_endpoint(
+        letters):
+    browser = Browser(console())
+    entry = browser.get("/dead-letters/entry?id=a-1/evt-1").get_data(as_text=True)
+    event = browser.get("/events?event_id=evt-1&endpoint=a-1").get_data(as_text=True)
+    assert "replay-warning" not in entry and "replay-warning" not in event  # enabled: none
+    EndpointRegistry().disable("a-1", "maintenance <b>")
+    entry = browser.get("/dead-letters/entry?id=a-1/evt-1").get_data(as_text=True)
+    assert 'id="replay-warning"' in entry and 'data-state="disabled"' in entry
+    assert "(maintenance &lt;b&gt;)" in entry and "<b>" not in entry  # escaped
+    assert re.search(r'data-confirm="[^"]*Warning: the endpoint is disabled, so the replay '
+                     r'will be dead-lettered again at once', entry)
+    event = browser.get("/events?event_id=evt-1&endpoint=a-1").get_data(as_text=True)
+    assert 'class="warning replay-warning"' in event and 'data-state="disabled"' in event
+    assert "Warning: the endpoint is disabled" in event
