@@ -226,6 +226,26 @@ def seed_audit_and_stats(endpoint_ids: list[str], now: float) -> None:
     pipe.execute()
 
 
+def seed_health(endpoint_id: str, now: float) -> None:
+    """A day of the timed endpoint's health: 20 attempts every minute (one in ten failed,
+    latencies spread over the histogram), written as workers write it; its chart's worst
+    case (every minute of the day drawn)."""
+    from hookline.store import connection as store
+    from hookline.store import health
+
+    batch = health.HealthBatch()
+    for minute in range(24 * 60):
+        at = now - minute * 60
+        for n in range(20):
+            failed = n % 10 == 0
+            batch.add(endpoint_id, health.SeenAttempt(
+                at=at, event_id=f"evt-h-{minute}-{n}", attempt=1,
+                outcome="failed" if failed else "delivered", status=500 if failed else 204,
+                latency=0.005 * (1 + n) * (1 + minute % 7), error="",
+                response="upstream down" if failed else ""))
+    health.write(store.client(), batch)
+
+
 def seed(options: argparse.Namespace) -> tuple[Seeded, dict[str, float]]:
     """Fill the Redis; returns what the pages ask about and seconds per part."""
     now = time.time()
@@ -253,6 +273,9 @@ def seed(options: argparse.Namespace) -> tuple[Seeded, dict[str, float]]:
     seeded = Seeded(endpoint_id=letter.endpoint_id, app_id="app-07", event_id=event_id,
                     event_endpoint=EventView().endpoints_of(event_id)[0],
                     since=now - 2 * 86400, until=now - 86400)
+    started = time.monotonic()
+    seed_health(seeded.endpoint_id, now)
+    seconds["endpoint_health"] = time.monotonic() - started
     return seeded, {part: round(value, 1) for part, value in seconds.items()}
 
 
