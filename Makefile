@@ -27,7 +27,7 @@ $(BIN)/python:
 
 # Reinstalled only when pyproject.toml changes.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,otel]'
 	touch $@
 
 redis:

@@ -149,13 +149,15 @@ class WorkerProcess:
     """``celery -A app worker`` in a subprocess, as in production."""
 
     def __init__(self, name: str, *, concurrency: int = 8, pool: str = "threads",
-                 extra_env: dict[str, str] | None = None, loglevel: str = "info") -> None:
+                 extra_env: dict[str, str] | None = None, loglevel: str = "info",
+                 wrapper: tuple[str, ...] = ()) -> None:
         self.name = name
         self.log_path = ROOT / f".pytest-worker-{name}.log"
         env = {**os.environ, **TEST_ENV, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
         self.log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "app", "worker", "-l", loglevel,
+            # wrapper: a command the worker runs under (opentelemetry-instrument, ...).
+            [*wrapper, sys.executable, "-m", "celery", "-A", "app", "worker", "-l", loglevel,
              "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,

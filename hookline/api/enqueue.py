@@ -6,9 +6,11 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from hookline.core import tracing
 from hookline.core.errors import EventIdConflict, WebhookInputError
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_webhook
+from hookline.core.messages import DELIVERY_QUEUE
 from hookline.delivery.prepared import PreparedEvent, enqueue_prepared, raise_refused
 from hookline.delivery.publisher import claims_on_publish
 from hookline.store.identity import claims
@@ -86,6 +88,12 @@ def send_webhook(
     """
     # With the broker on Hookline's own Redis (the default), the id is claimed in the publish:
     # one round trip, as a plain .delay() (issue 15); otherwise a claim first, then the publish.
-    return enqueue_prepared(prepare_event(
-        endpoint_id, event_type, payload, event_id, deadline=deadline, registry=registry,
-        claim_on_publish=registry is None and claims_on_publish(), ordering_key=ordering_key))
+    # Where traces are on, a PRODUCER span whose context the message carries.
+    with tracing.producer(DELIVERY_QUEUE, endpoint_id=endpoint_id, event_id=event_id) as span:
+        sent = enqueue_prepared(prepare_event(
+            endpoint_id, event_type, payload, event_id, deadline=deadline, registry=registry,
+            claim_on_publish=registry is None and claims_on_publish(),
+            ordering_key=ordering_key))
+        if span is not None:
+            span.set_attribute("hookline.event.id", sent)
+        return sent

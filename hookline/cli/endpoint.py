@@ -66,6 +66,9 @@ ORDERED_HELP = ("Deliveries with the same ordering key (send_webhook's ordering_
 ORDER_POLICY_HELP = ("What a key does when its head is dead-lettered: block (wait until the "
                      "dead letter is replayed or discarded; the default) or skip (the next "
                      "goes; the Hookline-Sequence header shows the receiver the gap).")
+TRACE_CONTEXT_HELP = ("Send the attempt's W3C traceparent (and tracestate) to this receiver, "
+                      "where OpenTelemetry traces are on. Off by default: it tells the "
+                      "receiver your trace ids (docs/operations/tracing.md).")
 
 
 @click.group()
@@ -129,12 +132,13 @@ def _cap(value: int | None) -> int | None:
               help=MAX_IN_FLIGHT_HELP + "; no cap when omitted.")
 @click.option("--ordered", is_flag=True, help=ORDERED_HELP)
 @click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP)
+@click.option("--trace-context", is_flag=True, help=TRACE_CONTEXT_HELP)
 def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str | None,
                  timeout: float | None,
                  retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
                  headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
                  channels: str | None, max_in_flight: int | None, ordered: bool,
-                 order_policy: str | None) -> None:
+                 order_policy: str | None, trace_context: bool) -> None:
     """Register endpoint ID. Without --secret a key is generated: an HMAC secret printed
     once, or with --signature ed25519 a key pair whose public key is printed."""
     # Without --burst the registry's own default applies.
@@ -145,7 +149,8 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str 
                                   headers=validate_headers({}, headers), app=app_id,
                                   event_types=events, channels=channels,
                                   max_in_flight=_cap(max_in_flight), burst=burst,
-                                  ordered=ordered, order_policy=order_policy)
+                                  ordered=ordered, order_policy=order_policy,
+                                  trace_context=trace_context)
     added = answer.summary
     click.echo(f"added endpoint {added.id} -> {added.url}"
                + (f" in application {added.app} ({subscription_text(added)})"
@@ -210,6 +215,8 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
         ("max in flight", item.max_in_flight or "no cap (its fair share of the slots)"),
         ("ordered", f"yes, policy {item.public['order_policy']} (see 'hookline endpoint lines')"
          if item.public["ordered"] else "no"),
+        ("trace context", "sent to the receiver (traceparent)" if item.public["trace_context"]
+         else "not sent"),
         ("in flight", f"{inflight} now, {waiting} waiting for a slot"),
         ("application", item.app),
         ("subscription", subscription_text(item) if item.app else None),
@@ -249,6 +256,7 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
 @click.option("--ordered/--unordered", default=None,
               help=ORDERED_HELP + " --unordered puts the waiting deliveries back on the queue.")
 @click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP)
+@click.option("--trace-context/--no-trace-context", default=None, help=TRACE_CONTEXT_HELP)
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     signature: str | None, timeout: float | None,
                     retry_policy: dict[str, Any] | None, rate: str | None,
@@ -256,7 +264,7 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                     remove_headers: tuple[str, ...], app_id: str | None,
                     events: str | None, channels: str | None,
                     max_in_flight: int | None, ordered: bool | None,
-                    order_policy: str | None) -> None:
+                    order_policy: str | None, trace_context: bool | None) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt (a new
     subscription applies to events published after it). --secret and --signature replace the
     signing keys at once; 'rotate-secret' keeps the old ones signing for an overlap."""
@@ -265,13 +273,14 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                "header": headers or None, "removed header": remove_headers or None,
                "app": app_id, "events": events, "channels": channels,
                "max_in_flight": max_in_flight, "ordered": ordered,
-               "order_policy": order_policy}
+               "order_policy": order_policy, "trace_context": trace_context}
     changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --signature, "
                                "--timeout, --retry-policy, --rate, --burst, --header, "
                                "--remove-header, --app, --events, --channels, "
-                               "--max-in-flight, --ordered/--unordered or --order-policy")
+                               "--max-in-flight, --ordered/--unordered, --order-policy or "
+                               "--trace-context/--no-trace-context")
     if signature is not None:
         # Refused before anything changes: the new key goes in after the other fields.
         validate_signature(signature, validate_secret(secret) if secret else None)
@@ -286,7 +295,8 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
                                           headers=dict(headers), remove_headers=remove_headers,
                                           app=app_id, event_types=events, channels=channels,
                                           max_in_flight=max_in_flight, ordered=ordered,
-                                          order_policy=order_policy)
+                                          order_policy=order_policy,
+                                          trace_context=trace_context)
         if updated.summary.rate is None and burst is not None:
             click.echo("warning: --burst has no effect without a rate", err=True)
         new_key = (None, updated.summary.public["public_keys"][0] if secret else None)

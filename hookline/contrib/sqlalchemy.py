@@ -57,6 +57,8 @@ def outbox_table(metadata: MetaData) -> Table:
         Column("ordering_key", String(200)),
         Column("claim", String(32)),
         Column("claimed_until", Float(precision=53)),
+        # The W3C traceparent of the trace the row was written in (0.3; docs/operations/tracing.md).
+        Column("traceparent", String(55)),
         Index("hookline_outbox_due", "due_at", "id"),
         Index("hookline_outbox_line", "line", "id"),
     )

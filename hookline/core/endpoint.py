@@ -103,6 +103,8 @@ class Endpoint:
         they were enqueued (``hookline.core.ordering``).
     :param order_policy: for an ordered endpoint, what a key does when its head is
         dead-lettered: ``block`` (wait for the operator's replay or discard) or ``skip``.
+    :param trace_context: send the attempt's W3C ``traceparent`` (and ``tracestate``) to the
+        receiver, where traces are on (off by default: it tells a third party the trace's ids).
     """
 
     id: str
@@ -130,6 +132,7 @@ class Endpoint:
     max_in_flight: int | None = None
     ordered: bool = False
     order_policy: str = "block"
+    trace_context: bool = False
 
     @property
     def paused(self) -> bool:
@@ -198,6 +201,7 @@ class Endpoint:
             # Read by consume.lua: '1' puts each ordering key's deliveries in one line.
             "ordered": "1" if self.ordered else "0",
             "order_policy": self.order_policy,
+            "trace_context": "1" if self.trace_context else "0",
         }
 
     @classmethod
@@ -230,6 +234,7 @@ class Endpoint:
             max_in_flight=int(data.get("max_in_flight") or 0) or None,
             ordered=data.get("ordered") == "1",
             order_policy=data.get("order_policy") or "block",
+            trace_context=data.get("trace_context") == "1",
         )
 
     def public(self) -> dict[str, Any]:
@@ -263,6 +268,7 @@ class Endpoint:
             "channels": list(self.channels),
             "ordered": self.ordered,
             "order_policy": self.order_policy if self.ordered else None,
+            "trace_context": self.trace_context,
         }
 
 

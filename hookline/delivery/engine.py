@@ -283,7 +283,7 @@ class DeliveryEngine:
         request = replace(request, attempts=request.attempts + 1,
                           first_attempt_at=first_attempt_at, rate_slot=0, enqueued_at=published)
         event = WebhookEvent(request.event_id, request.event_type, request.payload, published,
-                             ordering_key=request.ordering_key,
+                             ordering_key=request.ordering_key, attempt=request.attempts,
                              sequence=admission.sequence if admission else None)
         with waiting_on_receiver():
             sent = self._send_event(endpoint, event)

@@ -26,6 +26,7 @@ import logging
 import time
 from typing import Any
 
+from hookline.core import tracing
 from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME, shown_args
@@ -40,7 +41,8 @@ FANOUT_BATCH = 500
 def enqueue_fanout(app_id: str, event_id: str) -> Any:
     """Publish the fan-out task of a recorded event; its arguments are ids only."""
     return celery_app().send_task(FANOUT_TASK_NAME, args=(app_id, event_id),
-                                  task_id=f"fanout:{app_id}/{event_id}", queue=DELIVERY_QUEUE)
+                                  task_id=f"fanout:{app_id}/{event_id}", queue=DELIVERY_QUEUE,
+                                  headers=tracing.message_headers())
 
 
 #: Seconds a published event's fan-out may take to be queued and run before a releaser looks

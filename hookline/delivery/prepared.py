@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from hookline.core import tracing
 from hookline.core.config import settings
 from hookline.core.errors import EventIdConflict, UnregisteredEndpoint, WebhookInputError
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME, shown_args, stamped
@@ -35,6 +36,9 @@ class PreparedEvent:
     unclaimed: bool = False
     #: An ordered endpoint's line (None: the endpoint's own key).
     ordering_key: str | None = None
+    #: The trace context it was written in (an outbox row's ``traceparent``; None: the
+    #: current one, where traces are on).
+    traceparent: str | None = None
 
 
 def raise_refused(claim: Claim, endpoint_id: str, event_id: str) -> None:
@@ -54,6 +58,7 @@ def enqueue_prepared(event: PreparedEvent) -> str:
     unclaimed event's id is claimed by the publish itself (WebhookInputError or
     EventIdConflict when refused: nothing is enqueued then)."""
     headers = {CLAIM_HEADER: event.digest} if event.unclaimed else {}
+    headers.update(_trace(event))
     try:
         ordering = {"ordering_key": event.ordering_key} if event.ordering_key else {}
         enqueue_delivery((event.endpoint_id, event.event_type, event.payload),
@@ -107,7 +112,12 @@ def _message(app: Any, event: PreparedEvent) -> str:
         args=(event.endpoint_id, event.event_type, event.payload), kwargs=kwargs, retries=0,
         queue=DELIVERY_QUEUE,
         argsrepr=shown_args(event.endpoint_id, event.event_type, None, size=event.size),
-        headers={CLAIM_HEADER: event.digest})
+        headers={**tracing.message_headers(), **_trace(event), CLAIM_HEADER: event.digest})
+
+
+def _trace(event: PreparedEvent) -> dict[str, str]:
+    """The trace headers of an event written in a trace elsewhere (an outbox row)."""
+    return {tracing.TRACEPARENT: event.traceparent} if event.traceparent else {}
 
 
 def refusal_of(publish: Callable[[], Any]) -> WebhookInputError | None:

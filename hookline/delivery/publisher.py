@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from hookline.core import tracing
 from hookline.core.event import MAX_KEPT_DEPTH, MalformedEvent, nested_deeper_than
 from hookline.core.messages import (
     DELIVERY_QUEUE,
@@ -31,11 +32,13 @@ def enqueue_delivery(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] |
     """Publish one delivery task; returns Celery's ``AsyncResult`` (``.id``: the task id).
 
     ``kwargs`` get the publish time (``enqueued_at``); the headers name the endpoint and event
-    for the broker's consume script; Flower shows the payload's size, not its content."""
+    for the broker's consume script, and the trace context where traces are on; Flower shows
+    the payload's size, not its content."""
     task_id = task_id or str(uuid.uuid4())
     kwargs = stamped(dict(kwargs or {}))
     args = tuple(args)  # argsrepr/kwargsrepr (the payload's size): hookline.transport.amqp
-    headers = {**options.pop("headers", {}), **delivery_headers(args, kwargs, task_id)}
+    headers = {**tracing.message_headers(), **options.pop("headers", {}),
+               **delivery_headers(args, kwargs, task_id)}
     return celery_app().send_task(TASK_NAME, args=args, kwargs=kwargs, task_id=task_id,
                                   queue=queue, headers=headers, **options)
 

@@ -22,9 +22,11 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from hookline.core import tracing
 from hookline.core.errors import WebhookInputError
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_publication
+from hookline.core.messages import DELIVERY_QUEUE
 from hookline.core.schemas import first_violation
 from hookline.delivery.fanout import FANOUT_LOOK_AFTER, enqueue_fanout, enqueue_lined
 from hookline.store.apps import unknown_app_message
@@ -82,7 +84,20 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
 
     ``ordering_key``: the line the event joins at ordered endpoints (default: each endpoint's
     own line). Their deliveries are enqueued in this call, before it returns, so each joins
-    its key's line in publish order; the other endpoints' go through the fan-out task."""
+    its key's line in publish order; the other endpoints' go through the fan-out task.
+
+    Where traces are on, a PRODUCER span whose context the fan-out's messages carry."""
+    with tracing.producer(DELIVERY_QUEUE, app_id=app_id, event_id=event_id) as span:
+        published = _publish(app_id, event_type, payload, event_id, channels, deadline,
+                             ordering_key)
+        if span is not None:
+            span.set_attribute("hookline.event.id", published)
+        return published
+
+
+def _publish(app_id: str, event_type: str, payload: Any, event_id: str | None,
+             channels: Iterable[str] | None, deadline: float | datetime | None,
+             ordering_key: str | None) -> str:
     checked = checked_publication(app_id, event_type, payload, event_id, channels, deadline,
                                   ordering_key)
     event_id, text, listed = checked.event_id, checked.text, checked.channels or ()

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hookline.core import tracing
 from hookline.core.config import settings
 from hookline.core.errors import InvalidField
 from hookline.core.event import INVALID_ENDPOINT, validate_event
@@ -163,6 +164,7 @@ def _park(entry: DeadLetter, countdown: float) -> None:
                 **_ordering(entry)},
         retries=0,
         queue=DELIVERY_QUEUE,
+        headers=tracing.message_headers(),
     )
     RetrySchedule().park(endpoint_id=entry.endpoint_id, event_id=entry.event_id,
                          countdown=countdown, message=message, last_status=entry.last_status,

@@ -9,7 +9,7 @@ import math
 import time
 from typing import Any
 
-from hookline.core import metrics, redact
+from hookline.core import metrics, redact, tracing
 from hookline.core.endpoint import Endpoint
 from hookline.core.event import (
     ENDPOINT_ID_PATTERN,
@@ -45,6 +45,7 @@ def park(celery_app: Any, schedule: RetrySchedule, *, task_id: str, args: list[A
         celery_app, task_name=TASK_NAME, task_id=task_id, args=args, kwargs=kwargs,
         retries=retries, queue=RETRY_QUEUE, parent_id=parent_id, root_id=root_id,
         argsrepr=shown_args(*args[:3]) if len(args) >= 3 else None,
+        headers=tracing.message_headers(),  # the trace goes on, and its first attempt's span
     )
     return schedule.park(endpoint_id=args[0], event_id=kwargs["event_id"], countdown=countdown,
                          message=message, last_status=last_status, last_error=last_error)

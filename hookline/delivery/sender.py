@@ -15,7 +15,7 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,10 +32,11 @@ from urllib3.exceptions import (
 )
 
 from hookline import __version__
-from hookline.core import ordering
+from hookline.core import ordering, tracing
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
 from hookline.core.headers import is_owned
+from hookline.core.policy import classify
 from hookline.core.signing import signature
 from hookline.core.ssrf import TargetRefused
 from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline, status_of
@@ -59,6 +60,9 @@ class WebhookEvent:
     #: sent as ``Hookline-Ordering-Key`` and ``Hookline-Sequence`` (a receiver sees a gap).
     ordering_key: str | None = None
     sequence: int | None = None
+    #: Which attempt this is (1 for the first; None where unknown), for the attempt's span:
+    #: not part of the event a receiver sees, so not compared.
+    attempt: int | None = field(default=None, compare=False)
 
     def body(self) -> str:
         when = datetime.fromtimestamp(self.timestamp, tz=UTC).isoformat().replace("+00:00", "Z")
@@ -126,11 +130,33 @@ def send(endpoint: Endpoint, event: WebhookEvent) -> AttemptResult:
     """POST ``event`` to ``endpoint`` once. Never raises for network trouble: it is a result.
 
     The whole attempt (connect, headers, body) gets connect + 2 x read timeout; past that its
-    socket is shut, however slowly the receiver trickles bytes.
+    socket is shut, however slowly the receiver trickles bytes. Where traces are on, the
+    attempt is a CLIENT span (``hookline.core.tracing``).
     """
+    if tracing.tracer() is None:
+        body = event.body()
+        return _send(endpoint, build_headers(endpoint, event, body), body)
+    with (tracing.client(endpoint.id, endpoint.url, event.id, event.attempt) as span,
+          tracing.http_instrumentation_suppressed()):
+        body = event.body()
+        headers = build_headers(endpoint, event, body)
+        if endpoint.trace_context:  # opt-in: it tells the receiver this trace's ids
+            headers.update(tracing.receiver_headers())
+        result = _send(endpoint, headers, body)
+        tracing.record_attempt(span, result.status, result.error, attempt_outcome(result))
+        return result
+
+
+def attempt_outcome(result: AttemptResult) -> str:
+    """What one attempt's answer means (``hookline.outcome`` of its span): the outcome table's
+    ``delivered``, ``retry``, ``gone`` or ``rejected``, or ``refused`` (never sent)."""
+    if result.refused:
+        return "refused"
+    return "retry" if result.status is None else classify(result.status).value
+
+
+def _send(endpoint: Endpoint, headers: dict[str, str], body: str) -> AttemptResult:
     config = settings()
-    body = event.body()
-    headers = build_headers(endpoint, event, body)
     read_timeout = endpoint.read_timeout()
     started = time.monotonic()
     budget = config.connect_timeout + 2 * read_timeout

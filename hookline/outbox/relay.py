@@ -29,6 +29,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from hookline.core import tracing
 from hookline.core.config import Settings
 from hookline.core.env import ConfigError
 from hookline.core.errors import (
@@ -85,6 +86,8 @@ class Claimed:
     deadline: float | None
     ordering_key: str | None
     line: str
+    #: The trace the row was written in (None: none, or traces off where it was written).
+    traceparent: str | None = None
 
 
 def in_line_order(rows: list[Claimed], earlier: list[tuple[int, str]]) -> list[Claimed]:
@@ -130,7 +133,8 @@ def _prepared(row: Claimed, *, unclaimed: bool) -> PreparedEvent:
     assert row.endpoint_id is not None
     return PreparedEvent(row.endpoint_id, row.event_type, json.loads(row.payload), row.event_id,
                          row.deadline, len(row.payload.encode()), row.digest,
-                         unclaimed=unclaimed, ordering_key=row.ordering_key)
+                         unclaimed=unclaimed, ordering_key=row.ordering_key,
+                         traceparent=row.traceparent)
 
 
 def _claim_then_enqueue(row: Claimed) -> None:
@@ -143,8 +147,9 @@ def _claim_then_enqueue(row: Claimed) -> None:
 def _publish_application(row: Claimed) -> None:
     assert row.app_id is not None
     channels = json.loads(row.channels) if row.channels is not None else None
-    publish(row.app_id, row.event_type, json.loads(row.payload), event_id=row.event_id,
-            channels=channels, deadline=row.deadline, ordering_key=row.ordering_key)
+    with tracing.continued(row.traceparent):  # publish's span joins the writer's trace
+        publish(row.app_id, row.event_type, json.loads(row.payload), event_id=row.event_id,
+                channels=channels, deadline=row.deadline, ordering_key=row.ordering_key)
 
 
 def dead_letter_for(row: Claimed, error: WebhookInputError) -> DeadLetter:

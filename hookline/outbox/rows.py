@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from hookline.core import tracing
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_publication, checked_webhook
 
@@ -40,6 +41,9 @@ class OutboxRow:
     ordering_key: str | None = None
     #: When the relay may take it (Unix seconds).
     due_at: float = 0.0
+    #: The trace it was written in (W3C ``traceparent``; None where traces are off): the
+    #: relay's publish and the deliveries join it.
+    traceparent: str | None = None
 
     @property
     def line(self) -> str:
@@ -53,7 +57,8 @@ class OutboxRow:
         return {"due_at": self.due_at, "line": self.line, "endpoint_id": self.endpoint_id,
                 "app_id": self.app_id, "channels": self.channels, "event_id": self.event_id,
                 "event_type": self.event_type, "payload": self.payload, "digest": self.digest,
-                "deadline": self.deadline, "ordering_key": self.ordering_key}
+                "deadline": self.deadline, "ordering_key": self.ordering_key,
+                **({"traceparent": self.traceparent} if self.traceparent else {})}
 
 
 def webhook_row(endpoint_id: str, event_type: str, payload: Any, event_id: str | None = None,
@@ -62,10 +67,12 @@ def webhook_row(endpoint_id: str, event_type: str, payload: Any, event_id: str |
     """``send_webhook``'s event as a row, checked as it checks (``WebhookInputError`` naming
     the field) except for what needs Redis."""
     event = checked_webhook(endpoint_id, event_type, payload, event_id, deadline, ordering_key)
-    return OutboxRow(event.event_id, event_type, event.text,
-                     content_digest(event_type, json.loads(event.text)), endpoint_id=endpoint_id,
-                     deadline=event.deadline, ordering_key=event.ordering_key,
-                     due_at=time.time())
+    with tracing.producer(TABLE, endpoint_id=endpoint_id, event_id=event.event_id):
+        return OutboxRow(event.event_id, event_type, event.text,
+                         content_digest(event_type, json.loads(event.text)),
+                         endpoint_id=endpoint_id, deadline=event.deadline,
+                         ordering_key=event.ordering_key, due_at=time.time(),
+                         traceparent=tracing.traceparent())
 
 
 def publication_row(app_id: str, event_type: str, payload: Any, event_id: str | None = None,
@@ -76,8 +83,9 @@ def publication_row(app_id: str, event_type: str, payload: Any, event_id: str | 
     application, the catalog and the schemas are the relay's)."""
     event = checked_publication(app_id, event_type, payload, event_id, channels, deadline,
                                 ordering_key)
-    return OutboxRow(event.event_id, event_type, event.text,
-                     content_digest(event_type, json.loads(event.text)), app_id=app_id,
-                     channels=None if channels is None else json.dumps(event.channels),
-                     deadline=event.deadline, ordering_key=event.ordering_key,
-                     due_at=time.time())
+    with tracing.producer(TABLE, app_id=app_id, event_id=event.event_id):
+        return OutboxRow(event.event_id, event_type, event.text,
+                         content_digest(event_type, json.loads(event.text)), app_id=app_id,
+                         channels=None if channels is None else json.dumps(event.channels),
+                         deadline=event.deadline, ordering_key=event.ordering_key,
+                         due_at=time.time(), traceparent=tracing.traceparent())

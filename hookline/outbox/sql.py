@@ -22,7 +22,7 @@ from hookline.outbox.rows import TABLE
 DIALECTS = ("postgresql", "mysql", "sqlite")
 #: What a claim reads of a row, in this order (``hookline.outbox.relay.Claimed``).
 SELECTED = ("id", "event_id", "event_type", "payload", "digest", "endpoint_id", "app_id",
-            "channels", "deadline", "ordering_key", "line")
+            "channels", "deadline", "ordering_key", "line", "traceparent")
 _COLUMNS = ", ".join(SELECTED)
 
 

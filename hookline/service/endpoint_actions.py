@@ -151,7 +151,8 @@ def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None
                  headers: Mapping[str, str] | None = None, app: str | None = None,
                  event_types: Names = None, channels: Names = None,
                  max_in_flight: int | None = None, ordered: bool = False,
-                 order_policy: str | None = None) -> AddedEndpoint:
+                 order_policy: str | None = None,
+                 trace_context: bool = False) -> AddedEndpoint:
     """Register an endpoint (``burst`` None: the registry's default; ``signature`` the kind of
     key generated without ``secret``, HMAC by default; ``ordered``: one delivery of an
     ordering key at a time, ``order_policy`` what a dead-lettered head does)."""
@@ -163,9 +164,11 @@ def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None
                                    retry_policy=retry_policy, rate=rate, headers=headers,
                                    app=app, event_types=event_types, channels=channels,
                                    max_in_flight=max_in_flight, ordered=ordered,
-                                   order_policy=order_policy, **extra)
+                                   order_policy=order_policy, trace_context=trace_context,
+                                   **extra)
     audit.record(actor, "endpoint.add", added.id, f"signature {secret_kind(key)}"
-                 + (f", ordered ({added.order_policy})" if added.ordered else ""),
+                 + (f", ordered ({added.order_policy})" if added.ordered else "")
+                 + (", trace context sent" if added.trace_context else ""),
                  app=added.app)
     return AddedEndpoint(summary=summarize(added), secret=_shown_once(key, generated),
                          public_key=public_key(key))
@@ -178,7 +181,8 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
                     remove_headers: Sequence[str] = (), app: str | None = None,
                     event_types: Names = None, channels: Names = None,
                     max_in_flight: int | None = None, ordered: bool | None = None,
-                    order_policy: str | None = None) -> UpdatedEndpoint:
+                    order_policy: str | None = None,
+                    trace_context: bool | None = None) -> UpdatedEndpoint:
     """Change an endpoint (``EndpointRegistry.update``'s meanings: ``rate="none"`` removes
     the limit, ``app="none"`` takes it out of its application, 0 removes the cap). Ordering
     turned off puts the deliveries waiting in the endpoint's lines back on the queue. A new
@@ -197,7 +201,7 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
                               headers=headers, remove_headers=remove_headers, app=app,
                               event_types=event_types, channels=channels,
                               max_in_flight=max_in_flight, ordered=ordered,
-                              order_policy=order_policy)
+                              order_policy=order_policy, trace_context=trace_context)
     if ordered is False:
         OrderLines(registry.redis).release(endpoint_id)
     released, repair = _repair(registry, updated, damaged)
@@ -205,7 +209,7 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
              "rate": rate, "burst": burst, "headers": headers or None,
              "remove_headers": remove_headers or None, "app": app, "event_types": event_types,
              "channels": channels, "max_in_flight": max_in_flight, "ordered": ordered,
-             "order_policy": order_policy}
+             "order_policy": order_policy, "trace_context": trace_context}
     # The names of what changed, never a value (a secret, a header's credentials).
     audit.record(actor, "endpoint.update", endpoint_id,
                  ", ".join(name for name, value in given.items() if value is not None)

@@ -87,6 +87,7 @@ class EndpointRegistry:
         max_in_flight: int | None = None,
         ordered: bool = False,
         order_policy: str | None = None,
+        trace_context: bool = False,
     ) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given. ``headers``: extra
         request headers (name -> value; :mod:`hookline.core.headers` says which are refused).
@@ -115,6 +116,7 @@ class EndpointRegistry:
             max_in_flight=validate_max_in_flight(max_in_flight),
             ordered=check_ordered(ordered),
             order_policy=validate_order_policy(order_policy) or "block",
+            trace_context=bool(trace_context),
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
@@ -258,6 +260,7 @@ class EndpointRegistry:
         max_in_flight: int | None = None,
         ordered: bool | None = None,
         order_policy: str | None = None,
+        trace_context: bool | None = None,
     ) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
         ``rate="none"`` removes the rate limit. ``headers`` are set (a name already there, in
@@ -297,6 +300,8 @@ class EndpointRegistry:
             changes["ordered"] = check_ordered(ordered)
         if order_policy is not None:
             changes["order_policy"] = validate_order_policy(order_policy)
+        if trace_context is not None:
+            changes["trace_context"] = bool(trace_context)
         if retry_policy is not None:
             changes["retry_policy"] = validate_policy_override(
                 {**endpoint.retry_policy, **retry_policy}

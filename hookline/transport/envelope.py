@@ -19,6 +19,7 @@ from kombu.utils.json import dumps as json_dumps
 from kombu.utils.uuid import uuid
 
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME, delivery_headers, shown_args, stamped
+from hookline.core.tracing import message_headers
 from hookline.store.fanouts import PublishedEvent
 
 
@@ -73,6 +74,7 @@ class DeliveryMessages:
 
     def __init__(self, app: Any, event: PublishedEvent, payload: Any, size: int) -> None:
         self.event, self.size, self.app, self.payload = event, size, app, payload
+        self.trace = message_headers()  # the publish's or the fan-out task's trace context
         # An id or type holding a stand-in's text would be filled in too: build those whole.
         self.whole = "@@hookline-" in event.event_id + event.event_type
         self.kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline,
@@ -80,7 +82,8 @@ class DeliveryMessages:
                                   if event.ordering_key else {})})
         template = json.loads(build_message(
             app, task_name=TASK_NAME, task_id=_TASK_ID, args=(_ENDPOINT, event.event_type, payload),
-            kwargs=self.kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR))
+            kwargs=self.kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR,
+            headers=self.trace))
         _args, kwargs, embed = json.loads(base64.b64decode(template["body"]))
         # The body: [[endpoint id, type, payload], kwargs, embed], the endpoint id put in front.
         self.body_tail = json_dumps([event.event_type, payload])[1:] + ", " + json_dumps(
@@ -100,7 +103,7 @@ class DeliveryMessages:
             return build_message(
                 self.app, task_name=TASK_NAME, task_id=task_id,
                 args=(endpoint_id, self.event.event_type, self.payload), kwargs=self.kwargs,
-                retries=0, queue=DELIVERY_QUEUE, argsrepr=argsrepr)
+                retries=0, queue=DELIVERY_QUEUE, argsrepr=argsrepr, headers=self.trace)
         body = f"[[{json_dumps(endpoint_id)}, {self.body_tail}"
         return (self.text
                 .replace(_TASK_ID, _json_text(task_id))

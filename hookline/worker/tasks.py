@@ -18,7 +18,7 @@ from celery.signals import task_failure, task_revoked
 from kombu.exceptions import OperationalError
 
 import hookline.worker.tallies  # noqa: F401 (counts each delivery's outcome)
-from hookline.core import metrics
+from hookline.core import metrics, tracing
 from hookline.core.config import settings
 from hookline.core.errors import HooklineError
 from hookline.core.event import (
@@ -76,8 +76,20 @@ def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
     rest is Hookline's bookkeeping, set on publish, retries and deferrals (``ordering_key``
     and ``sequence``: an ordered endpoint's line, which the broker's consume script keeps
     from the message's headers; the sequence a replay carries is read there, not here).
+    Where traces are on, the run is a span (``hookline.core.tracing``).
     """
     event_id = self.request.id if event_id is None else event_id
+    with tracing.consuming(self.request, TASK_NAME, endpoint_id=endpoint_id,
+                           event_id=event_id if isinstance(event_id, str) else None) as traced:
+        return traced.finished(_deliver(
+            self, endpoint_id, event_type, payload, event_id, deadline, attempts,
+            first_attempt_at, rate_slot, enqueued_at, ordering_key))
+
+
+def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
+             event_id: Any, deadline: Any, attempts: int, first_attempt_at: float | None,
+             rate_slot: int, enqueued_at: float | None,
+             ordering_key: str | None) -> dict[str, Any]:
     try:
         # The checks of every other door (hookline.core.event), the payload's limits included.
         validate_event(endpoint_id, event_type, payload, event_id,
@@ -143,7 +155,9 @@ def fanout(self: Any, app_id: str, event_id: str) -> dict[str, Any]:
     """Enqueue one delivery per receiver of a published event (``hookline.publish``),
     resuming where a crashed run's last recorded batch ended (``hookline.delivery.fanout``).
     Acknowledged late: a worker killed mid-fan-out leaves the message to be redelivered."""
-    return {"enqueued": expand(app_id, event_id)}
+    with tracing.consuming(self.request, FANOUT_TASK_NAME, endpoint_id=None,
+                           event_id=event_id) as traced:
+        return traced.finished({"enqueued": expand(app_id, event_id)})
 
 
 _tokens: tuple[int, str, itertools.count[int]] | None = None

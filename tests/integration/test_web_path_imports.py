@@ -18,7 +18,7 @@ from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store.apps import AppRegistry
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import emptied, isolated_url
-from tests.support.web_path import BROKER, heavy, run_scenario
+from tests.support.web_path import BROKER, TRACING, heavy, run_scenario
 
 #: The quiet database (3): no worker of the session consumes there.
 URL = isolated_url(3)
@@ -47,6 +47,7 @@ def test_the_first_send_webhook_loads_nothing_heavy(web_redis) -> None:
     bare = run_scenario("celery_delay", ENV)
     sent = run_scenario("send_webhook", ENV)
     assert heavy(sent["loaded"]) == []
+    assert heavy(sent["loaded"], TRACING) == []  # no tracer provider: no tracing loaded
     assert web_redis.llen(DELIVERY_QUEUE) == 1  # it was sent
     # A bare Celery app's .delay() loads celery, kombu and redis-py too: Hookline adds little.
     assert len(sent["loaded"]) <= SEND_RATIO * len(bare["loaded"]), (
@@ -65,6 +66,7 @@ def test_the_check_sees_a_heavy_module_and_its_submodules() -> None:
 def test_the_first_publish_loads_nothing_heavy(web_redis) -> None:
     published = run_scenario("publish", ENV)
     assert heavy(published["loaded"]) == []
+    assert heavy(published["loaded"], TRACING) == []
     assert web_redis.llen(DELIVERY_QUEUE) == 1  # the fan-out task
 
 

@@ -38,6 +38,11 @@ HEAVY = ("celery.worker", "celery.apps", "celery.bootsteps", "celery.concurrency
          "hookline.worker", "hookline.console", "hookline.cli", "prometheus_client",
          "jsonschema", "cryptography.hazmat", "nacl", "urllib3", "requests", "jinja2",
          "werkzeug", "standardwebhooks")
+#: What Hookline's tracing imports when traces are on (hookline.core.tracing): never without a
+#: tracer provider. (redis-py 8 imports OpenTelemetry's API and SDK metrics itself where the
+#: SDK is installed: not Hookline's, so not checked.)
+TRACING = ("opentelemetry.propagate", "opentelemetry.propagators",
+           "opentelemetry.trace.propagation.tracecontext")
 #: With the outbox on, a web process needs no broker client at all.
 BROKER = ("celery", "kombu", "billiard", "amqp")
 

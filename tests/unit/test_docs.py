@@ -256,9 +256,13 @@ DJANGO_CHECK_ID = re.compile(r"hookline\.(?:[EW]\d{3}|view_console|act_console)"
 def _wire_names() -> set[str]:
     """Task and queue names (``hookline.deliver``, ``hookline.retry``): dotted, but no module."""
     tree = ast.parse((PACKAGE / "core" / "messages.py").read_text())
+    # And the span attributes' names (``hookline.event.id``): every string of the tracing module.
+    spans = ast.parse((PACKAGE / "core" / "tracing.py").read_text())
     return {node.value.value for node in tree.body
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str)}
+            and isinstance(node.value.value, str)} | {
+        node.value for node in ast.walk(spans)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)}
 
 
 def test_every_repository_path_the_docs_name_exists() -> None:

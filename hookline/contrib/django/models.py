@@ -47,6 +47,8 @@ class OutboxRow(models.Model):
     #: SQLite's claims are leases (PostgreSQL and MySQL lock the rows instead).
     claim = models.CharField(max_length=32, null=True)
     claimed_until = models.FloatField(null=True)
+    #: The W3C traceparent of the trace the row was written in (OpenTelemetry, where on).
+    traceparent = models.CharField(max_length=55, null=True)
 
     class Meta:
         db_table = "hookline_outbox"
