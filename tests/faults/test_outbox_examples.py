@@ -8,7 +8,8 @@ paused (SIGSTOP) for 10 s, while orders and declined payments keep coming:
 - every order answers 201 and every declined payment 402, during the outages too: the order's
   request writes its event as a row in its own transaction, no Redis on that path;
 - the slowest order during the outages takes at most 1.5 times the slowest healthy one, or
-  50 ms more, whichever is larger (a ratio within one run, not an absolute time);
+  50 ms more, whichever is larger (a ratio within one run, not an absolute time; the healthy
+  orders are taken before the outages and after them);
 - every committed order's event is delivered within 15 s of Redis's return, under its event id
   as webhook-id, exactly once; a declined order's event never arrives.
 """
@@ -226,7 +227,7 @@ def outage_orders(shop: Shop, phase: str, *, spread: float = 0.0) -> None:
 def summary(shop: Shop, delivery_took: dict[str, float]) -> str:
     """The latencies of each phase (median and slowest) and the delivery times, one line."""
     phases = []
-    for phase in ("warm-up", "healthy", "down", "paused"):
+    for phase in ("warm-up", "healthy", "down", "paused", "healthy after"):
         took = sorted(a.took for a in shop.answers[phase])
         phases.append(f"{phase} median {took[len(took) // 2] * 1000:.0f} ms, slowest "
                       f"{took[-1] * 1000:.0f} ms")
@@ -269,7 +270,16 @@ def test_orders_are_taken_during_redis_outages_and_delivered_once_when_it_is_bac
     back = time.monotonic()
     delivery_took["paused"] = delivered_within(shop, client, back)
 
-    healthy_slowest = max(a.took for a in healthy)
+    # Healthy again: the yardstick is taken on both sides of the outages, as the machine's load
+    # drifts over a run (in a loaded full suite one outage order took 67 ms against a bound
+    # of 64 ms from the healthy orders before).
+    healthy_after = shop.answers.setdefault("healthy after", [])
+    for n in range(ORDERS):
+        healthy_after.append(shop.order(WARM_UP + ORDERS + n))
+    assert [a.status for a in healthy_after] == [201] * ORDERS, [a.body for a in healthy_after]
+    delivered_within(shop, client, time.monotonic())
+
+    healthy_slowest = max(a.took for a in healthy + healthy_after)
     outage_slowest = {phase: max(a.took for a in shop.answers[phase])
                       for phase in ("down", "paused")}
     print(summary(shop, delivery_took))

@@ -6,6 +6,7 @@ excerpts scrubbed), and the index of disabled endpoints the overview lists."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -116,6 +117,7 @@ class FailingClient:
 
 
 def test_a_failed_write_keeps_its_counts_for_the_next(redis_client, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hookline")  # whatever an earlier test set
     client: list[Any] = [FailingClient()]
     tally = HealthTally(interval=0, client=lambda: client[0])
     tally.observe("ep-a", "e1", record(T0, 200, 0.05))
@@ -193,6 +195,7 @@ def test_a_stalled_write_never_holds_up_an_attempt() -> None:
 
 def test_settle_hands_each_attempt_to_the_observers_and_an_observer_error_is_contained(
         redis_client, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="hookline")  # whatever an earlier test set
     EndpointRegistry().add("ep-obs", "https://example.com/hook")
     seen: list[tuple[str, str, int | None]] = []
 
