@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hookline.core import latency
+from hookline.store.history import AttemptRecord
 
 #: Minutes one health hash holds (a few fields each: the hash stays a compact listpack).
 SLAB_MINUTES = 10
@@ -116,29 +117,24 @@ class MinuteHealth:
 
 
 @dataclass(frozen=True)
-class SeenAttempt:
-    """One attempt as an endpoint's latest attempts keep it (the response excerpt already
-    redacted and cut by the engine: ``hookline.delivery.engine``)."""
+class SeenAttempt(AttemptRecord):
+    """One attempt as an endpoint's latest attempts keep it: the event's attempt record (the
+    response excerpt already redacted and cut by the engine: ``hookline.delivery.engine``)
+    and the event's id."""
 
-    at: float
-    event_id: str
-    attempt: int
-    #: delivered, failed, throttled, rejected or gone (settle's outcome).
-    outcome: str
-    status: int | None
-    latency: float
-    error: str = ""
-    response: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps({"at": round(self.at, 3), "event_id": self.event_id,
-                           "attempt": self.attempt, "outcome": self.outcome,
-                           "status": self.status, "latency": round(self.latency, 4),
-                           "error": self.error, "response": self.response},
-                          separators=(",", ":"), ensure_ascii=False)
+    event_id: str = ""
 
     @classmethod
-    def from_json(cls, text: str) -> SeenAttempt | None:
+    def of(cls, event_id: str, record: AttemptRecord) -> SeenAttempt:
+        return cls(attempt=record.attempt, at=record.at, outcome=record.outcome,
+                   status=record.status, latency=record.latency, error=record.error,
+                   response=record.response, event_id=event_id)
+
+    def json_fields(self) -> dict[str, Any]:
+        return {**super().json_fields(), "event_id": self.event_id}
+
+    @classmethod
+    def from_json(cls, text: str) -> SeenAttempt | None:  # type: ignore[override]
         """None for an entry that is not one (damaged, or from another version)."""
         try:
             data = json.loads(text)

@@ -65,12 +65,14 @@ class AttemptRecord:
         return self.error or self.outcome
 
     def to_json(self) -> str:
+        return json.dumps(self.json_fields(), separators=(",", ":"), ensure_ascii=False)
+
+    def json_fields(self) -> dict[str, Any]:
         # The fields by hand, in their order: dataclasses.asdict deep-copies each value, a
         # measurable share of a delivery's CPU.
-        data = {"attempt": self.attempt, "at": round(self.at, 3), "outcome": self.outcome,
+        return {"attempt": self.attempt, "at": round(self.at, 3), "outcome": self.outcome,
                 "status": self.status, "latency": round(self.latency, 4), "error": self.error,
                 "response": self.response}
-        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> AttemptRecord:

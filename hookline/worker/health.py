@@ -15,8 +15,6 @@ held by anyone: a worker killed with -9 loses at most one interval of health.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +27,7 @@ from hookline.store import connection as store
 from hookline.store import health
 from hookline.store.gates import ATTEMPT_OBSERVERS
 from hookline.store.history import AttemptRecord
+from hookline.worker.tallies import ProcessTally
 
 #: Most (endpoint, minute) counts kept in memory while writes fail (each ~0.3 KB).
 MOST_MINUTES = 50_000
@@ -37,63 +36,37 @@ MOST_MINUTES = 50_000
 MOST_ENDPOINTS = 2_000
 #: Seconds between two trims of the failing set by one process.
 TRIM_EVERY = 600.0
-#: Seconds :meth:`HealthTally.stop` waits for the thread's write in progress.
-STOP_WAIT = 5.0
 
 
-class HealthTally:
+class HealthTally(ProcessTally):
     """This process's endpoint health since its last write, and the thread that writes it
-    (started with the first attempt; again in a forked child, which starts with none of its
-    parent's). ``interval``: seconds between writes (default ``HOOKLINE_HEALTH_INTERVAL``;
-    0: no thread, :meth:`flush` writes)."""
+    (:class:`~hookline.worker.tallies.ProcessTally`; ``interval`` by default
+    ``HOOKLINE_HEALTH_INTERVAL``)."""
+
+    thread_name = "hookline-health"
 
     def __init__(self, *, interval: float | None = None,
                  clock: Callable[[], float] = time.time,
                  client: Callable[[], Any] = store.client) -> None:
-        self._interval = interval
-        self.clock = clock
-        self.client = client
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._batch = health.HealthBatch()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._trimmed = 0.0
         #: Writes that failed, and (endpoint, minute) counts dropped, since the start.
         self.failed_writes = 0
         self.dropped = 0
+        super().__init__(interval=interval, clock=clock, client=client)
 
-    @property
-    def interval(self) -> float:
-        return self._interval if self._interval is not None else settings().health_interval
+    def default_interval(self) -> float:
+        return settings().health_interval
 
-    def _own(self) -> None:
-        """After a fork: the parent's counts are the parent's to write, its thread is gone."""
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._batch = health.HealthBatch()
-            self._thread = None
-            self._stop = threading.Event()
+    def _fresh(self) -> None:
+        self._batch = health.HealthBatch()
 
     def observe(self, endpoint_id: str, event_id: str, record: AttemptRecord) -> None:
         """Count one settled attempt (``Gate.settle``'s observer)."""
         self._own()
-        seen = health.SeenAttempt(at=record.at, event_id=event_id, attempt=record.attempt,
-                                  outcome=record.outcome, status=record.status,
-                                  latency=record.latency, error=record.error,
-                                  response=record.response)
+        seen = health.SeenAttempt.of(event_id, record)
         with self._lock:
             self._batch.add(endpoint_id, seen)
-            if self._thread is None and not self._stop.is_set() and self.interval > 0:
-                self._thread = threading.Thread(target=self._run, name="hookline-health",
-                                                daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        stop = self._stop
-        while not stop.wait(self.interval):
-            self.flush()
+            self._added()
 
     def flush(self) -> int:
         """Write what was counted in one round trip; returns the commands sent (0: nothing
@@ -120,16 +93,6 @@ class HealthTally:
         if trim is not None:
             self._trimmed = now
         return sent
-
-    def stop(self, timeout: float = STOP_WAIT) -> None:
-        """Stop the thread (waiting at most ``timeout`` for a write in progress) and write
-        what is left."""
-        self._own()
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        self.flush()
 
 
 #: This process's health tally.

@@ -28,48 +28,95 @@ from hookline.store import keys
 
 #: Seconds between two writes of one process's counts.
 FLUSH_INTERVAL = 10.0
+#: Seconds :meth:`ProcessTally.stop` waits for the thread's write in progress.
+STOP_WAIT = 5.0
 #: The outcomes counted by name (a task's ``outcome``); anything else counts as ``other``.
 OUTCOMES = frozenset({"delivered", "dead_lettered", "retry_scheduled", "deferred", "waiting",
                       "duplicate", "fenced"})
 
 
-class MinuteTallies:
-    """This process's outcome counts by minute, flushed by a daemon thread started with the
-    first count (again in a forked child, which starts with none of its parent's)."""
+class ProcessTally:
+    """What this process counted since its last write, written by a daemon thread every
+    ``interval`` seconds (started with the first count; again in a forked child, which starts
+    with none of its parent's counts and no thread). ``interval`` 0: no thread, :meth:`flush`
+    writes. A subclass keeps its counts in what :meth:`_fresh` makes, adds to them under
+    ``self._lock`` through :meth:`_added`, and writes them in :meth:`flush`."""
 
-    def __init__(self, *, interval: float = FLUSH_INTERVAL,
+    #: The writing thread's name.
+    thread_name = "hookline-tally"
+
+    def __init__(self, *, interval: float | None = None,
                  clock: Callable[[], float] = time.time,
                  client: Callable[[], Any] = store.client) -> None:
-        self.interval = interval
+        self._interval = interval
         self.clock = clock
         self.client = client
         self._pid = os.getpid()
+        self._reset()
+
+    @property
+    def interval(self) -> float:
+        return self._interval if self._interval is not None else self.default_interval()
+
+    def default_interval(self) -> float:
+        return FLUSH_INTERVAL
+
+    def _fresh(self) -> None:
+        """Empty this process's counts (``self._lock`` held, or before any thread)."""
+        raise NotImplementedError
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[int, str]] = Counter()
-        self._timer: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._fresh()
 
     def _own(self) -> None:
         """After a fork: the parent's counts are the parent's to write, its thread is gone."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._counts = Counter()
-            self._timer = None
+            self._reset()
+
+    def _added(self) -> None:
+        """After a count, ``self._lock`` held: start the writing thread if none runs."""
+        if self._thread is None and not self._stop.is_set() and self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name=self.thread_name,
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        stop = self._stop
+        while not stop.wait(self.interval):
+            self.flush()
+
+    def flush(self) -> int:
+        raise NotImplementedError
+
+    def stop(self, timeout: float = STOP_WAIT) -> None:
+        """Stop the thread (waiting at most ``timeout`` for a write in progress) and write
+        what is left."""
+        self._own()
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self.flush()
+
+
+class MinuteTallies(ProcessTally):
+    """This process's outcome counts by minute."""
+
+    thread_name = "hookline-tallies"
+
+    def _fresh(self) -> None:
+        self._counts: Counter[tuple[int, str]] = Counter()
 
     def count(self, outcome: str, n: int = 1) -> None:
         self._own()
         name = outcome if outcome in OUTCOMES else "other"
         with self._lock:
             self._counts[(int(self.clock() // 60), name)] += n
-            if self._timer is None and self.interval > 0:
-                self._timer = threading.Thread(target=self._run, name="hookline-tallies",
-                                               daemon=True)
-                self._timer.start()
-
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.interval)
-            self.flush()
+            self._added()
 
     def flush(self) -> int:
         """Write the counts so far in one round trip; returns how many fields it added to."""
