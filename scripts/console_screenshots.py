@@ -356,7 +356,7 @@ def main() -> None:
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("CELERY_")} | {"PYTHONUNBUFFERED": "1"}
 
-    if _listening(arguments.redis_port):
+    if listening(arguments.redis_port):
         raise SystemExit(f"port {arguments.redis_port} is taken: pass --redis-port")
     processes = [start(["redis-server", "--port", str(arguments.redis_port), "--bind",
                         "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(work)],
@@ -365,7 +365,7 @@ def main() -> None:
     try:
         import redis
 
-        wait(lambda: _pings(redis.Redis.from_url(redis_url)), "redis-server")
+        wait(lambda: pings(redis.Redis.from_url(redis_url)), "redis-server")
         from examples.receiver import Receiver
 
         with Receiver(port=RECEIVER_PORT) as receiver:
@@ -400,14 +400,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
     import socket
 
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pings(client: Any) -> bool:
+def pings(client: Any) -> bool:
     try:
         return bool(client.ping())
     except Exception:  # not up yet

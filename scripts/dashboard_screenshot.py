@@ -38,7 +38,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from scripts.console_screenshots import listening, pings, start, wait  # noqa: E402
 from tests.support.prometheus import (  # noqa: E402
     ALERT_RULES,
     PrometheusServer,
@@ -78,24 +78,6 @@ def settings(redis_url: str) -> dict[str, str]:
         "HOOKLINE_BREAKER_MAX_COOLDOWN": "16",
         "HOOKLINE_DLQ_SPOOL": str(Path(tempfile.gettempdir()) / "hookline-dashboard-spool.jsonl"),
     }
-
-
-def wait(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """``condition()``'s first true value, polled; exits naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
 
 
 def worker(name: str, metrics_port: int, env: dict[str, str],
@@ -169,7 +151,7 @@ def run(arguments: argparse.Namespace, work: Path) -> dict[str, Any]:
         os.environ.pop(name, None)
     env = {name: value for name, value in os.environ.items()
            if not name.startswith("CELERY_")} | {"PYTHONUNBUFFERED": "1"}
-    if _listening(arguments.redis_port):
+    if listening(arguments.redis_port):
         raise SystemExit(f"port {arguments.redis_port} is taken: pass --redis-port")
 
     processes = [start(["redis-server", "--port", str(arguments.redis_port), "--bind",
@@ -179,7 +161,7 @@ def run(arguments: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         import redis
 
-        wait(lambda: _pings(redis.Redis.from_url(redis_url)), "redis-server")
+        wait(lambda: pings(redis.Redis.from_url(redis_url)), "redis-server")
         from sqlalchemy.orm import Session
 
         from examples.receiver import Receiver
@@ -258,20 +240,6 @@ def _panels(board: dict[str, Any]) -> list[dict[str, Any]]:
         found.append(panel)
         found.extend(panel.get("panels", []))
     return found
-
-
-def _listening(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _pings(client: Any) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:  # not up yet
-        return False
 
 
 # -- the drawing ---------------------------------------------------------------------------

@@ -10,6 +10,8 @@
 #
 # Set HOOKLINE_NO_BROWSER_INSTALL=1 to never install anything (only report).
 set -uo pipefail
+# shellcheck source=apt-install.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
 
 CHROMIUM=${HOOKLINE_CHROMIUM:-/usr/bin/chromium}
 DRIVER=${HOOKLINE_CHROMEDRIVER:-/usr/bin/chromedriver}
@@ -32,26 +34,6 @@ if installed; then
     exit 0
 fi
 [[ ${HOOKLINE_NO_BROWSER_INSTALL:-} == 1 ]] && give_up "Chromium is missing and HOOKLINE_NO_BROWSER_INSTALL=1"
-command -v apt-get >/dev/null || give_up "Chromium is missing and there is no apt-get here"
-
-as_root=()
-if [[ $(id -u) -ne 0 ]]; then
-    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-        as_root=(sudo -n)
-    else
-        give_up "Chromium is missing and installing it needs root (no password-less sudo)"
-    fi
-fi
-
-say "installing ${PACKAGES[*]} with apt-get (once; later runs find them)"
-log="${TMPDIR:-/tmp}/hookline-ensure-chromium.log"
-export DEBIAN_FRONTEND=noninteractive
-# A stale package list may name versions the mirror no longer has: update first.
-if ! { "${as_root[@]}" apt-get update -q &&
-       "${as_root[@]}" apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"; } \
-        >"$log" 2>&1; then
-    tail -n 15 "$log" >&2
-    give_up "apt-get could not install ${PACKAGES[*]} (its log: $log)"
-fi
+apt_install Chromium hookline-ensure-chromium
 installed || give_up "apt-get finished but $CHROMIUM or $DRIVER is still missing"
 say "installed $("$CHROMIUM" --version 2>/dev/null | head -n 1)"
