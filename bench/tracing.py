@@ -2,7 +2,10 @@
 import blocked), installed but not configured (the API imported, no tracer provider), and
 configured (the SDK, a BatchSpanProcessor and an exporter that drops the spans).
 
-    python -m bench.tracing [--events N] [--rounds R]       (REDIS_URL: a Redis database it empties)
+    python -m bench.tracing [--events N] [--rounds R]
+
+It starts a redis-server of its own; REDIS_URL, when set, names a Redis database it empties
+instead.
 
 Each mode runs in a fresh process, rounds interleaved: ``--events`` deliveries through what
 the worker runs per delivery (the task's span, ``DeliveryEngine.attempt``: admit, sign, POST,
@@ -20,10 +23,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from bench.common import private_redis
 from tests.support.servers import free_port
 
 OUTPUT = Path(__file__).parent / "results" / "tracing.json"
@@ -89,9 +95,18 @@ print(json.dumps({"cpu_per_delivery_us": spent / events * 1e6,
 
 
 def run(events: int, rounds: int) -> dict[str, Any]:
+    with ExitStack() as stack:  # a redis-server of its own unless REDIS_URL names one
+        url = os.environ.get("REDIS_URL")
+        if url is None:
+            server, _client = private_redis(stack, "tracing",
+                                            Path(stack.enter_context(tempfile.TemporaryDirectory())))
+            url = f"redis://127.0.0.1:{server.port}/0"
+        return _run(events, rounds, url)
+
+
+def _run(events: int, rounds: int, url: str) -> dict[str, Any]:
     port = free_port()
-    env = {**os.environ, "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/14"),
-           "HOOKLINE_ALLOWED_NETWORKS": "127.0.0.0/8"}
+    env = {**os.environ, "REDIS_URL": url, "HOOKLINE_ALLOWED_NETWORKS": "127.0.0.0/8"}
     receiver = subprocess.Popen([sys.executable, "-m", "examples.receiver", "--port", str(port)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
