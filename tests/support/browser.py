@@ -249,10 +249,13 @@ class Browser:
     def wait(self, condition: Any, timeout: float = 10.0, what: Any = None) -> Any:
         """Poll ``condition(self)`` until it holds. A part of the page that refreshes itself
         (``data-refresh``) is replaced while it is read: an element found just before is then
-        stale, which means "look again", not a failure."""
+        stale, which means "look again", not a failure. So is an element of a page being
+        replaced by the next one (a form's answer): ChromeDriver may then say only that the
+        node "does not belong to the document"."""
         from selenium.common.exceptions import (
             NoSuchElementException,
             StaleElementReferenceException,
+            WebDriverException,
         )
 
         def holds() -> Any:
@@ -260,6 +263,10 @@ class Browser:
                 return condition(self)
             except (StaleElementReferenceException, NoSuchElementException):
                 return False
+            except WebDriverException as exc:
+                if "does not belong to the document" in str(exc):
+                    return False
+                raise
 
         return wait_until(holds, timeout=timeout, interval=0.1,
                           what=what or (lambda: f"page {self.driver.current_url}:\n"
