@@ -22,11 +22,16 @@ def decode_message(message: str) -> tuple[list[Any], dict[str, Any]]:
 
 def decode_task(message: str) -> tuple[str, list[Any], dict[str, Any]]:
     """The task id ("" if none) and arguments inside a broker message."""
+    headers, args, kwargs = decode_headed(message)
+    return str(headers.get("id") or ""), args, kwargs
+
+
+def decode_headed(message: str) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+    """The headers (the task id, the trace context, ...) and arguments of a broker message."""
     envelope = json.loads(message)
     body = envelope["body"]
     if envelope["properties"].get("body_encoding") == "base64":
         body = base64.b64decode(body)
     args, kwargs, _embed = json.loads(body)
     headers = envelope.get("headers")
-    task_id = headers.get("id") if isinstance(headers, dict) else None
-    return str(task_id or ""), list(args), dict(kwargs)
+    return (headers if isinstance(headers, dict) else {}), list(args), dict(kwargs)

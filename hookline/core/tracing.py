@@ -106,6 +106,23 @@ def message_headers() -> dict[str, str]:
     return headers
 
 
+def first_attempt() -> str | None:
+    """The span of this delivery's first attempt (``traceparent`` form), inside a delivery
+    task where traces are on: a dead letter keeps it, so its replay links back to it."""
+    carried = _carried.get() if tracer() is not None else None
+    return carried.get(FIRST_ATTEMPT) if carried is not None else None
+
+
+def replay_headers(first: str | None) -> dict[str, str]:
+    """The trace headers of a replayed dead letter's message: the current context's (the
+    operator's command or page, where traced) and the first attempt's span to link to, which
+    the worker's spans use even where the replaying process does not trace."""
+    found = message_headers()
+    if first:
+        found[FIRST_ATTEMPT] = first
+    return found
+
+
 def traceparent() -> str | None:
     """The current span's context in ``traceparent`` form (an outbox row keeps it), or None."""
     return message_headers().get(TRACEPARENT) if tracer() is not None else None

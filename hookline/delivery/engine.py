@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hookline.core import metrics, redact
+from hookline.core import metrics, redact, tracing
 from hookline.core.attempts import waiting_on_receiver
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
@@ -385,9 +385,8 @@ class DeliveryEngine:
         self._log_attempt("delivery.retry_scheduled", request, result, countdown=countdown)
         return RetryDue(countdown, request, status=result.status, error=result.error)
 
-    def _give_up(
-        self, request: DeliveryRequest, result: AttemptResult, ended: float, detail: str
-    ) -> Finished:
+    def _give_up(self, request: DeliveryRequest, result: AttemptResult, ended: float,
+                 detail: str) -> Finished:
         self._log_attempt("delivery.gave_up", request, result, level=logging.WARNING,
                           reason="exhausted")
         return self.dead_letter(request, "exhausted", result=result, at=ended, detail=detail)
@@ -426,6 +425,7 @@ class DeliveryEngine:
                 enqueued_at=request.enqueued_at,
                 ordering_key=request.ordering_key,
                 sequence=head[1] if head and head[0] == request.event_id else None,
+                first_attempt_span=tracing.first_attempt(),
             )
         )
         if policy == "skip" and reason != "conflict":  # a conflict is not the head's content

@@ -145,7 +145,8 @@ def _published(entry: DeadLetter) -> float | None:
 def _enqueue(entry: DeadLetter) -> None:
     enqueue_delivery((entry.endpoint_id, entry.event_type, entry.payload),
                      {"event_id": entry.event_id, "enqueued_at": _published(entry),
-                      **_ordering(entry)})
+                      **_ordering(entry)},
+                     headers=tracing.replay_headers(entry.first_attempt_span))
 
 
 def _ordering(entry: DeadLetter) -> dict[str, Any]:
@@ -164,7 +165,7 @@ def _park(entry: DeadLetter, countdown: float) -> None:
                 **_ordering(entry)},
         retries=0,
         queue=DELIVERY_QUEUE,
-        headers=tracing.message_headers(),
+        headers=tracing.replay_headers(entry.first_attempt_span),
     )
     RetrySchedule().park(endpoint_id=entry.endpoint_id, event_id=entry.event_id,
                          countdown=countdown, message=message, last_status=entry.last_status,

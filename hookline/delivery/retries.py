@@ -77,6 +77,7 @@ def dead_letter_unexpected(args: Any, kwargs: dict[str, Any], task_id: str | Non
         last_error=redact.text(last_error or f"{type(exception).__name__}: {exception}")[:500],
         detail="" if valid_id else f"endpoint id as sent: {shown(args[0], 100)}",
         enqueued_at=_publish_time_or_none(kwargs.get("enqueued_at")),
+        first_attempt_span=tracing.first_attempt(),
     )
     (dlq or DeadLetterQueue()).add(entry)
     metrics.count_outcome(entry.endpoint_id, "dead_lettered", reason)
@@ -118,6 +119,7 @@ def dead_letter_scheduled(endpoint_id: str, reason: str) -> int:
             first_attempt_at=retry.first_attempt_at, last_status=retry.last_status,
             last_error=retry.last_error, detail="was scheduled for retry",
             enqueued_at=_publish_time_or_none(retry.enqueued_at),
+            first_attempt_span=retry.first_attempt_span,
         ))
     schedule.unpark([retry.id for retry in retries])
     if retries:

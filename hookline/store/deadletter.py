@@ -7,10 +7,8 @@ ids by when they were dead-lettered; ``by_reason:<reason>``, ``by_endpoint:<endp
 per endpoint, per both and per last HTTP status (``hookline.store.deadletter_index``), so a
 filtered page or count reads no entry it does not show. An entry id is ``<endpoint id>/<event
 id>``: the same event sent to two endpoints has two entries, and dead-lettering an event again
-replaces its entry.
-A ``conflict`` (another content sent under a used event id) is kept apart, as
-``<endpoint id>/<event id>#conflict``, so it never replaces the entry of the event that owns
-the id.
+replaces its entry. A ``conflict`` (another content sent under a used event id) is kept apart,
+as ``<endpoint id>/<event id>#conflict``, never replacing the entry of the event owning the id.
 
 Entries older than ``HOOKLINE_DLQ_RETENTION`` are trimmed: by ``hookline dlq trim`` and, at most
 once a minute per process, when an entry is added. Never by size: a full dead-letter queue is an
@@ -59,8 +57,6 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
 from hookline.store.replication import wait_for_replicas
 
 log = logging.getLogger("hookline.deadletter")
-
-# One hash tag for the entries and their indexes (per shard): written together, on one slot.
 
 #: Why an event was dead-lettered.
 REASONS = {
@@ -122,6 +118,8 @@ class DeadLetter:
     sequence: int | None = None
     #: The last answer's first bytes, redacted (``response_excerpt``; "": none, or older).
     last_response: str = ""
+    #: The first attempt's span (``traceparent`` form; None without traces): a replay links it.
+    first_attempt_span: str | None = None
 
     @property
     def id(self) -> str:

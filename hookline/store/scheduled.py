@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookline.core.envelope import decode_task
+from hookline.core.envelope import decode_headed
+from hookline.core.tracing import FIRST_ATTEMPT
 
 #: Retries read per page by ``RetrySchedule.scheduled()``.
 PAGE = 500
@@ -32,6 +33,8 @@ class ScheduledRetry:
     task_id: str = ""
     #: When the event was published (the message's ``enqueued_at``), as the message carries it.
     enqueued_at: Any = None
+    #: The span of the event's first attempt, where traces are on (its message's header).
+    first_attempt_span: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class ScheduleStats:
 def scheduled_retry(retry_id: str, meta_text: str, message: str,
                      due: float | None) -> ScheduledRetry:
     meta = json.loads(meta_text)
-    task_id, args, kwargs = decode_task(message)
+    headers, args, kwargs = decode_headed(message)
+    first = headers.get(FIRST_ATTEMPT)
     return ScheduledRetry(
         id=retry_id, endpoint_id=meta["endpoint_id"], event_id=meta["event_id"],
         event_type=args[1] if len(args) > 1 else "",
@@ -55,8 +59,9 @@ def scheduled_retry(retry_id: str, meta_text: str, message: str,
         due=(due or 0) / 1000.0, attempts=int(kwargs.get("attempts") or 0),
         first_attempt_at=kwargs.get("first_attempt_at"),
         last_status=meta.get("last_status"), last_error=meta.get("last_error") or "",
-        task_id=task_id,
+        task_id=str(headers.get("id") or ""),
         enqueued_at=kwargs.get("enqueued_at"),
+        first_attempt_span=first if isinstance(first, str) else None,
     )
 
 

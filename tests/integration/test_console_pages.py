@@ -68,6 +68,15 @@ def test_every_page_renders(app, shop):
         assert answer.mimetype == "text/html", path
 
 
+def test_an_endpoint_page_says_whether_the_trace_context_goes_to_its_receiver(app, shop):
+    shop.update("shop-2", trace_context=True)
+    browser = Browser(app)
+    sent = browser.get("/endpoints/shop-2").get_data(as_text=True)
+    assert re.search(r'id="trace-context">sent to the receiver', sent)
+    unsent = browser.get("/endpoints/shop-1").get_data(as_text=True)
+    assert re.search(r'id="trace-context"><span class="muted">not sent', unsent)
+
+
 def test_endpoints_come_a_page_at_a_time(app, shop):
     browser = Browser(app)
     seen: list[str] = []

@@ -153,6 +153,7 @@ def test_a_tenant_is_not_shown_what_only_an_operator_sees(tenants, env):
     for path in ("/events?event_id=evt-d", "/dead-letters"):
         assert "error-for-ops" not in tenant.text(path), path
     assert 'id="bulk-replay-link"' not in tenant.text("/dead-letters")
+    assert 'id="trace-context"' not in tenant.text("/endpoints/a-1")
 
 
 #: Every portal route with another application's endpoint, event, dead letter or job id.

@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 
-from examples.receiver import Receiver, Reply, fail_first
+from examples.receiver import Receiver, Reply, fail_first, in_order
 from hookline.core.endpoint import generate_secret
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import ROOT, TEST_ENV, isolated_url
@@ -207,3 +207,33 @@ def test_an_outbox_row_is_relayed_into_the_trace_that_wrote_it(collector, signed
     assert task.parent_id == written.span_id and client.parent_id == task.span_id
     (received,) = signed_receiver.requests_to("/traced")
     assert header(received, "traceparent").split("-")[1] == trace_id
+
+
+@pytest.mark.skipif(INSTRUMENT is None, reason="opentelemetry-instrument is not installed")
+def test_a_replayed_dead_letter_links_to_the_event_s_first_attempt(collector, signed_receiver,
+                                                                   start_worker) -> None:
+    # A retry (500), then a rejection (400: dead-lettered), then, replayed from the command
+    # line (untraced, as an operator's shell is), a delivery.
+    signed_receiver.route("/replayed", in_order(Reply(500), Reply(400), then=Reply(204)))
+    EndpointRegistry().add("replayed", signed_receiver.url("/replayed"), secret=SECRET)
+    assert INSTRUMENT is not None
+    start_worker("otelreplay", wrapper=(INSTRUMENT,),
+                 extra_env=worker_env(collector, celery_instrumentation=False))
+    sent = traced_web(collector, "send", "replayed")
+    trace_id, (event,) = sent["trace_id"], sent["events"]
+    spans = collector.wait_for(lambda found: len(of_event(found, event, "CLIENT")) == 2)
+    first, rejected = by_attempt(of_event(spans, event, "CLIENT"))
+    assert rejected.attributes["hookline.outcome"] == "rejected"
+    replay = subprocess.run(
+        [str(Path(sys.executable).with_name("hookline")), "dlq", "replay", "--endpoint",
+         "replayed"], cwd=ROOT, env={**os.environ, **TEST_ENV, "REDIS_URL": QUIET_URL},
+        capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stderr
+    spans = collector.wait_for(lambda found: len(of_event(found, event, "CLIENT")) == 3)
+    clients = of_event(spans, event, "CLIENT")
+    (delivered,) = [c for c in clients if c.attributes["hookline.outcome"] == "delivered"]
+    # The replay is the operator's act, in a trace of its own, linked to the first attempt.
+    assert delivered.links == [(trace_id, first.span_id)]
+    (task,) = [t for t in of_event(spans, event, "CONSUMER") if t.span_id == delivered.parent_id]
+    assert task.links == [(trace_id, first.span_id)]
+    assert [r.status for r in signed_receiver.requests_to("/replayed")] == [500, 400, 204]
