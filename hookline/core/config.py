@@ -87,6 +87,7 @@ class Settings:
     visibility_timeout: float = 300.0
     heartbeat_interval: float = 2.0
     reconcile_interval: float = 30.0
+    malloc_trim_interval: float = 60.0
     liveness_window: float = 6.0
     runnable_attempts: int = 64
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)

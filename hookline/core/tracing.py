@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -32,10 +33,36 @@ FIRST_ATTEMPT = "hookline_first_attempt"
 #: The instrumentation scope's name.
 SCOPE = "hookline"
 
-#: The headers a delivery's next message (its retry or deferral) carries: set by the task's
-#: span for the run of one delivery task, None elsewhere.
-_carried: ContextVar[dict[str, str] | None] = ContextVar("hookline_trace_carried", default=None)
 _tracer: tuple[Any, Any] | None = None
+
+
+class _Carried:
+    """The trace headers a delivery's next message (its retry or deferral) carries, for the
+    run of one delivery task: the message's own, or this run's span context, and the first
+    attempt's, kept as span contexts and put in ``traceparent`` form only when a message is
+    published (most runs publish none)."""
+
+    __slots__ = ("first", "given", "span")
+
+    def __init__(self, given: dict[str, str], span: Any, first: Any) -> None:
+        self.given, self.span, self.first = given, span, first
+
+    def headers(self) -> dict[str, str]:
+        found = dict(self.given)
+        if TRACEPARENT not in found:  # published untraced: its retries join this run's trace
+            found[TRACEPARENT] = _format(self.span)
+        first = self.first_attempt()
+        if first:
+            found[FIRST_ATTEMPT] = first
+        return found
+
+    def first_attempt(self) -> str | None:
+        first = self.first
+        return first if first is None or isinstance(first, str) else _format(first)
+
+
+#: Set by the task's span for the run of one delivery task, None elsewhere.
+_carried: ContextVar[_Carried | None] = ContextVar("hookline_trace_carried", default=None)
 
 
 def tracer() -> Any | None:
@@ -98,7 +125,7 @@ def message_headers() -> dict[str, str]:
         return {}
     carried = _carried.get()
     if carried is not None:
-        return dict(carried)
+        return carried.headers()
     from opentelemetry.propagate import inject
 
     headers: dict[str, str] = {}
@@ -110,7 +137,7 @@ def first_attempt() -> str | None:
     """The span of this delivery's first attempt (``traceparent`` form), inside a delivery
     task where traces are on: a dead letter keeps it, so its replay links back to it."""
     carried = _carried.get() if tracer() is not None else None
-    return carried.get(FIRST_ATTEMPT) if carried is not None else None
+    return carried.first_attempt() if carried is not None else None
 
 
 def replay_headers(first: str | None) -> dict[str, str]:
@@ -189,12 +216,10 @@ class _TaskSpan:
             self.tokens.append(context.attach(trace.set_span_in_context(self.owned)))
         if self.owned is None:
             self.span.set_attributes(self.attributes)
-        carried = {name: headers[name] for name in (TRACEPARENT, TRACESTATE) if name in headers}
-        if TRACEPARENT not in carried:  # published untraced: its retries join this run's trace
-            carried = {TRACEPARENT: _format(self.span.get_span_context())}
-        if first:
-            carried[FIRST_ATTEMPT] = first
-        self.tokens.append(_carried.set(carried))
+        given = {name: headers[name] for name in (TRACEPARENT, TRACESTATE) if name in headers}
+        if TRACEPARENT not in given:
+            given = {}  # published untraced: its retries join this run's trace
+        self.tokens.append(_carried.set(_Carried(given, self.span.get_span_context(), first)))
         return self
 
     def finished(self, result: Any) -> Any:
@@ -276,38 +301,70 @@ def error_type(status: int | None, error: str) -> str | None:
 def client_attributes(endpoint_id: str, url: str, event_id: str,
                       attempt: int | None) -> dict[str, Any]:
     """The attributes a CLIENT span of one attempt starts with."""
-    parts = urlsplit(url)
-    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
-    found: dict[str, Any] = {"http.request.method": "POST", "server.address": parts.hostname
-                             or "", "url.full": url_without_query(url),
-                             **_ids(endpoint_id, event_id)}
-    if port is not None:
-        found["server.port"] = port
+    found = dict(_target_attributes(url))
+    found.update(_ids(endpoint_id, event_id))
     if attempt:
         found["hookline.attempt"] = attempt
     return found
 
 
-@contextmanager
-def client(endpoint_id: str, url: str, event_id: str, attempt: int | None) -> Iterator[Any]:
+@lru_cache(maxsize=1024)
+def _target_attributes(url: str) -> tuple[tuple[str, Any], ...]:
+    """An endpoint URL's attributes (method, server, port, ``url.full``), worked out once."""
+    parts = urlsplit(url)
+    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    found: dict[str, Any] = {"http.request.method": "POST", "server.address": parts.hostname
+                             or "", "url.full": url_without_query(url)}
+    if port is not None:
+        found["server.port"] = port
+    return tuple(found.items())
+
+
+def client(endpoint_id: str, url: str, event_id: str, attempt: int | None) -> _ClientSpan:
     """The CLIENT span of one HTTP attempt (call only where :func:`tracer` is not None), linked
     to the event's first attempt from its retries; the first attempt's is remembered for
-    them. Yields the span (:func:`record_attempt` fills in its answer)."""
-    from opentelemetry import trace
+    them. Entered, it is the span (:func:`record_attempt` fills in its answer)."""
+    return _ClientSpan(endpoint_id, url, event_id, attempt)
 
-    carried = _carried.get()
-    first = carried.get(FIRST_ATTEMPT) if carried is not None else None
-    linked = context_of(first) if first else None
-    links = [trace.Link(linked)] if linked is not None else []
-    found = tracer()
-    assert found is not None
-    with found.start_as_current_span(
-            "POST", kind=trace.SpanKind.CLIENT, links=links,
-            attributes=client_attributes(endpoint_id, url, event_id, attempt),
-            record_exception=True) as span:
-        if carried is not None and first is None and attempt == 1:
-            carried[FIRST_ATTEMPT] = _format(span.get_span_context())
-        yield span
+
+class _ClientSpan:
+    """:func:`client`'s span, current while the attempt runs; an exception is recorded on it.
+    A class, not a generator: it runs for every attempt."""
+
+    __slots__ = ("attempt", "attributes", "span", "token")
+
+    def __init__(self, endpoint_id: str, url: str, event_id: str, attempt: int | None) -> None:
+        self.attributes = client_attributes(endpoint_id, url, event_id, attempt)
+        self.attempt = attempt
+        self.span: Any = None
+        self.token: Any = None
+
+    def __enter__(self) -> Any:
+        from opentelemetry import context, trace
+
+        carried = _carried.get()
+        first = carried.first if carried is not None else None
+        linked = context_of(first) if isinstance(first, str) else None
+        found = tracer()
+        assert found is not None
+        self.span = found.start_span(
+            "POST", kind=trace.SpanKind.CLIENT, attributes=self.attributes,
+            links=[trace.Link(linked)] if linked is not None else None)
+        if carried is not None and first is None and self.attempt == 1:
+            carried.first = self.span.get_span_context()
+        self.token = context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        from opentelemetry import context
+
+        context.detach(self.token)
+        if error is not None:
+            from opentelemetry.trace import Status, StatusCode
+
+            self.span.record_exception(error)
+            self.span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {error}"))
+        self.span.end()
 
 
 def record_attempt(span: Any, status: int | None, error: str, outcome: str) -> None:
@@ -333,16 +390,17 @@ def receiver_headers() -> dict[str, str]:
     return headers
 
 
-@contextmanager
-def http_instrumentation_suppressed() -> Iterator[None]:
+def http_instrumentation_suppressed() -> AbstractContextManager[None]:
     """Keep the urllib3 instrumentation, where it is loaded, out of Hookline's own sends: the
     attempt has its CLIENT span already, and a receiver gets ``traceparent`` only when its
     endpoint asks for it."""
     utils = sys.modules.get("opentelemetry.instrumentation.utils")
     key = getattr(utils, "_SUPPRESS_HTTP_INSTRUMENTATION_KEY", None)
-    if key is None:
-        yield
-        return
+    return nullcontext() if key is None else _suppressed(key)
+
+
+@contextmanager
+def _suppressed(key: str) -> Iterator[None]:
     from opentelemetry import context
 
     token = context.attach(context.set_value(key, True))

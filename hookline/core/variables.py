@@ -145,6 +145,12 @@ SETTINGS = (
          "Seconds between sweeps that mend the in-flight counts Redis keeps for the workers "
          "(an attempt whose settle was lost holds no endpoint slot past it); a worker also "
          "sweeps as soon as Redis is back after an outage."),
+        ("HOOKLINE_MALLOC_TRIM_INTERVAL", "malloc_trim_interval",
+         Number(60.0, minimum=0.0, maximum=86400.0),
+         "Seconds between two returns of a worker process's free heap memory to the system "
+         "(glibc's malloc_trim; 0: never). Without them a worker keeps the high-water mark of "
+         "a burst (a backlog after an outage) in freed pages. Ignored where the C library is "
+         "not glibc."),
         ("HOOKLINE_LIVENESS_WINDOW", "liveness_window", Number(6.0, minimum=0.2, maximum=3600.0),
          "A process silent this long is dead, and its messages go back to the others at once; "
          "at least twice the heartbeat interval."),

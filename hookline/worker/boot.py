@@ -17,6 +17,7 @@ from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
     worker_init,
+    worker_process_init,
     worker_ready,
     worker_shutdown,
 )
@@ -150,6 +151,25 @@ def _start_reconciler(sender: Any = None, **_: object) -> None:
                if config.broker_is_state else None)
     _reconciler = Reconciler(Leases(client), interval=config.reconcile_interval,
                              waiting=waiting).start()
+
+
+@worker_init.connect
+def _start_malloc_trim(sender: Any = None, **_: object) -> None:
+    """Return free heap pages to the system now and then (hookline.worker.memory)."""
+    if _ours(sender):
+        from hookline.worker import memory
+
+        memory.start(settings().malloc_trim_interval)
+
+
+@worker_process_init.connect
+def _start_malloc_trim_in_child(**_: object) -> None:
+    """A prefork child of a worker that trims trims its own heap (threads do not survive a
+    fork)."""
+    from hookline.worker import memory
+
+    if memory.started_in_parent():
+        memory.start(settings().malloc_trim_interval)
 
 
 _relay: Any = None
