@@ -33,9 +33,65 @@ from bench.compare_procs import Contender, ReceiverProcess
 from hookline.store.endpoints import EndpointRegistry
 
 OUTPUT = Path(__file__).parent / "results" / "tracing-worker.json"
-MODES = ("not_installed", "not_configured", "configured", "configured_sampled")
+MODES = ("not_installed", "not_configured", "sdk_floor", "configured", "configured_sampled")
 BASE = MODES[0]
 
+#: sdk_floor: configured, with Hookline's task and attempt spans replaced by the least the SDK
+#: does for the same two spans and attributes (start, end, no propagation, no links): what any
+#: instrumentation of a delivery pays, the floor under Hookline's own.
+FLOOR = """
+from opentelemetry import context
+from hookline.core import tracing
+
+floor = trace.get_tracer("floor")
+KIND = trace.SpanKind
+
+
+class Span:
+    def __init__(self, name, kind, attributes):
+        self.name, self.kind, self.attributes = name, kind, attributes
+
+    def __enter__(self):
+        self.span = floor.start_span(self.name, kind=self.kind, attributes=self.attributes)
+        self.token = context.attach(trace.set_span_in_context(self.span))
+        return self.span
+
+    def __exit__(self, *exc):
+        context.detach(self.token)
+        self.span.end()
+
+    def finished(self, result):
+        self.span.set_attribute("hookline.outcome", str(result.get("outcome")))
+        return result
+
+
+class Task(Span):
+    def __enter__(self):
+        super().__enter__()
+        return self
+
+
+def consuming(request, task, *, endpoint_id, event_id):
+    return Task(f"process {task}", KIND.CONSUMER, {
+        "messaging.operation.type": "process", "messaging.destination.name": "hookline",
+        "messaging.message.id": str(request.id), "hookline.endpoint.id": endpoint_id,
+        "hookline.event.id": event_id})
+
+
+def client(endpoint_id, url, event_id, attempt):
+    return Span("POST", KIND.CLIENT, {
+        "http.request.method": "POST", "server.address": "127.0.0.1", "server.port": 80,
+        "url.full": url, "hookline.endpoint.id": endpoint_id, "hookline.event.id": event_id,
+        "hookline.attempt": attempt or 0})
+
+
+def record_attempt(span, status, error, outcome):
+    span.set_attribute("http.response.status_code", status or 0)
+    span.set_attribute("hookline.outcome", outcome)
+
+
+tracing.consuming, tracing.client, tracing.record_attempt = consuming, client, record_attempt
+"""
 #: configured_sampled: as configured, with the standard sampler variables keeping one trace in
 #: ten (``parentbased_traceidratio``: a traced web request's decision is kept).
 SAMPLED = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
@@ -55,6 +111,7 @@ provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # OTEL_EXPO
 trace.set_tracer_provider(provider)
 """,
 }
+SITE["sdk_floor"] = SITE["configured"] + FLOOR
 
 
 def run(events: int, rounds: int) -> dict[str, Any]:

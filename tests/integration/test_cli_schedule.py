@@ -149,12 +149,13 @@ def test_schedule_list_json_gives_every_field_soonest_due_first(park: Parked) ->
     assert [item["id"] for item in listed] == ["shop/soon", "crm/middle", "shop/later"]
     assert set(listed[0]) == {"id", "endpoint_id", "event_id", "event_type", "payload", "due",
                               "attempts", "first_attempt_at", "last_status", "last_error",
-                              "task_id", "enqueued_at"}
+                              "task_id", "enqueued_at", "first_attempt_span"}
     assert listed[0] == {
         "id": "shop/soon", "endpoint_id": "shop", "event_id": "soon",
         "event_type": "order.created", "payload": {"n": 1}, "due": pytest.approx(soon, abs=0.001),
         "attempts": 1, "first_attempt_at": None, "last_status": 503,
         "last_error": "503 from receiver", "task_id": "t-soon", "enqueued_at": None,
+        "first_attempt_span": None,
     }
     assert (listed[2]["attempts"], listed[2]["last_status"], listed[2]["last_error"]
             ) == (3, None, "connection refused")
