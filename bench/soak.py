@@ -71,6 +71,7 @@ WORKER_SETTINGS = {
     "HOOKLINE_BREAKER_MAX_COOLDOWN": "5",
     "HOOKLINE_REPLAY_HORIZON": "600",
     "HOOKLINE_DLQ_RETENTION": "900",
+    "HOOKLINE_EVENT_LOG_RETENTION": "900",
     "HOOKLINE_METRICS_PORT": "0",
 }
 #: An event is checked once it is this old (its retries are over: max age 180 s) ...
