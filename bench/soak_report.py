@@ -181,7 +181,9 @@ def verdict(summary: dict[str, Any], *, gate_slopes: bool) -> dict[str, bool]:
 def table(summary: dict[str, Any]) -> str:
     lines = [f"soak {summary['minutes']:.0f} min at {summary['rate']:.0f} events/s over "
              f"{summary['endpoints']} endpoints ({summary['date']})",
-             f"  events {summary['events']}: delivered {summary['delivered']}, dead-lettered "
+             f"  events {summary['events']}: delivered {summary['delivered']} (accepted by the "
+             f"receiver without a done marker: {summary.get('delivered_without_done_marker', 0)}"
+             f"), dead-lettered "
              f"{summary['dead_lettered']} {summary['dead_letter_reasons']}, unsettled "
              f"{summary['unsettled']}",
              f"  duplicates: {summary['duplicates']['extra_copies']} extra copies of "
