@@ -295,8 +295,7 @@ class Soak:
         # Delivered means accepted by its receiver or marked done (module docstring): an event
         # a receiver accepted whose done marker was lost (written to a master demoted in a
         # failover, its redelivery then judged a duplicate there) is delivered, and shown apart.
-        accepted = {line["webhook_id"] for line in records["main"] + records["down"]
-                    if 200 <= int(line.get("status") or 0) < 300}
+        accepted = report.first_successes(records["main"] + records["down"])
         unmarked = sorted(e for e in self.unchecked + self.stuck if e in accepted)
         left = sorted(e for e in self.unchecked + self.stuck if e not in accepted)
         summary: dict[str, Any] = {
