@@ -29,7 +29,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import private_redis
+from bench.common import private_redis, run_bench
 from tests.support.servers import free_port
 
 OUTPUT = Path(__file__).parent / "results" / "tracing.json"
@@ -156,19 +156,19 @@ def _run(events: int, rounds: int, url: str) -> dict[str, Any]:
             "ratio": {mode: median[mode] / base for mode in MODES}}
 
 
+def report(result: dict[str, Any]) -> str:
+    return "\n".join(["| mode | CPU per delivery (us) | ratio |", "|---|---|---|"] + [
+        f"| {mode} | {result['cpu_per_delivery_us'][mode]:.0f} | {result['ratio'][mode]:.3f} |"
+        for mode in MODES])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     options = parser.parse_args(argv)
-    result = run(options.events, options.rounds)
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(json.dumps(result, indent=2) + "\n")
-    print("| mode | CPU per delivery (us) | ratio |\n|---|---|---|")
-    for mode in MODES:
-        print(f"| {mode} | {result['cpu_per_delivery_us'][mode]:.0f} | "
-              f"{result['ratio'][mode]:.3f} |")
-    return 0
+    return run_bench(lambda o: run(o.events, o.rounds), options, report)
 
 
 if __name__ == "__main__":

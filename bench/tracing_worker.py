@@ -18,7 +18,6 @@ delivery engine alone (no Celery, no kombu).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import code_version, control_redis, machine
+from bench.common import code_version, control_redis, machine, run_bench
 from bench.compare_meters import CpuMeter
 from bench.compare_parts import batch, start
 from bench.compare_procs import Contender, ReceiverProcess
@@ -178,21 +177,22 @@ def summary(found: dict[str, list[float]], events: int, rounds: int) -> dict[str
             "sampler": SAMPLED}
 
 
+def report(result: dict[str, Any]) -> str:
+    targets = result["targets"]
+    return "\n".join([
+        "| mode | worker CPU per delivery (us) | ratio (median of rounds) | target |",
+        "|---|---|---|---|"] + [
+        f"| {mode} | {result['cpu_per_delivery_us'][mode]:.0f} | {result['ratio'][mode]:.3f} | "
+        f"{'<= ' + str(targets[mode]) if mode in targets else ''} |" for mode in MODES])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--output", type=Path, default=OUTPUT)
     options = parser.parse_args(argv)
-    result = run(options.events, options.rounds)
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(json.dumps(result, indent=2) + "\n")
-    print("| mode | worker CPU per delivery (us) | ratio (median of rounds) | target |")
-    print("|---|---|---|---|")
-    for mode in MODES:
-        target = result["targets"].get(mode)
-        print(f"| {mode} | {result['cpu_per_delivery_us'][mode]:.0f} | "
-              f"{result['ratio'][mode]:.3f} | {'<= ' + str(target) if target else ''} |")
-    return 0
+    return run_bench(lambda o: run(o.events, o.rounds), options, report)
 
 
 if __name__ == "__main__":
