@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -163,10 +164,18 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--output", type=Path, default=OUTPUT)
+    return run_rounds(__doc__, run, report, OUTPUT, events=2000, rounds=5, argv=argv)
+
+
+def run_rounds(doc: str | None, run: Callable[[int, int], dict[str, Any]],
+               report: Callable[[dict[str, Any]], str], output: Path, *, events: int,
+               rounds: int, argv: list[str] | None) -> int:
+    """The command line of a rounds-of-events benchmark (this one, bench.tracing_worker):
+    ``--events``, ``--rounds`` and ``--output``, run through ``run_bench``."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=events)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--output", type=Path, default=output)
     options = parser.parse_args(argv)
     return run_bench(lambda o: run(o.events, o.rounds), options, report)
 

@@ -17,7 +17,6 @@ delivery engine alone (no Celery, no kombu).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -25,10 +24,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from bench.common import code_version, control_redis, machine, run_bench
+from bench.common import code_version, control_redis, machine
 from bench.compare_meters import CpuMeter
 from bench.compare_parts import batch, start
 from bench.compare_procs import Contender, ReceiverProcess
+from bench.tracing import run_rounds
 from hookline.store.endpoints import EndpointRegistry
 
 OUTPUT = Path(__file__).parent / "results" / "tracing-worker.json"
@@ -187,12 +187,7 @@ def report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--output", type=Path, default=OUTPUT)
-    options = parser.parse_args(argv)
-    return run_bench(lambda o: run(o.events, o.rounds), options, report)
+    return run_rounds(__doc__, run, report, OUTPUT, events=3000, rounds=7, argv=argv)
 
 
 if __name__ == "__main__":
