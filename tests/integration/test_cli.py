@@ -34,6 +34,7 @@ from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import ROOT, Publications, wait_until
 from tests.support.cli import fails, json_out, succeeds
+from tests.support.stacks import stacks_of
 
 SECRET_PATTERN = re.compile(r"whsec_[A-Za-z0-9+/=]{40,}")
 
@@ -465,7 +466,14 @@ def test_stats_watch_stops_cleanly_on_ctrl_c(tmp_path) -> None:
         finally:
             process.send_signal(signal.SIGINT)
             # A clean stop, not a fast one: under the full suite's load one exit took over 10 s.
-            _, err = process.communicate(timeout=30)
+            try:
+                _, err = process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                alive, stacks = process.poll() is None, stacks_of(process.pid)
+                process.kill()
+                process.communicate()
+                pytest.fail(f"stats --watch not done 30 s after Ctrl-C (still running: {alive});"
+                            f" its stacks then:\n{stacks}")
     assert process.returncode == 0, err
     assert "Traceback" not in err
 
