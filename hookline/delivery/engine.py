@@ -36,6 +36,7 @@ from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
 from hookline.store.ordering import OrderLines
+from hookline.store.replication import wait_for_replicas
 
 #: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
 GONE_REASON = "gone: the receiver answered 410 Gone"
@@ -205,6 +206,10 @@ class DeliveryEngine:
                            "event type or payload; this copy was not sent")
             case Verdict.DUPLICATE:
                 # (A second copy that was its ordered key's head moved the line on, admit.lua.)
+                # Behind Sentinel, the done marker it rests on may have been read on a master
+                # demoted a moment ago, which the new one never got: confirmed before the
+                # message is let go of, else retried (MasterMoved) and judged on the new one.
+                wait_for_replicas(self.gate.redis)
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
                 metrics.count_duplicate(request.endpoint_id)

@@ -342,3 +342,51 @@ def test_a_write_the_demoted_master_took_is_never_confirmed(deployment, sentinel
 
     wait_until(write_confirmed, timeout=20, interval=0.3)  # the pool follows, the replicas sync
     assert confirmed[-1] in deployment.node(new_port).lrange("moved:list", 0, -1)
+
+
+def test_a_duplicate_judged_on_the_demoted_master_is_not_let_go_of(deployment, sentinel_env):
+    """A delivery's done marker written to the demoted master after a failover never reaches
+    the new master. A redelivery judged a duplicate against it there must not be let go of
+    as one: the receiver had it, but Hookline would keep no record, and a later publish
+    under the same event id would be sent again. The verdict is confirmed where it was read
+    (MasterMoved, or too few replicas), and the attempt on the new master delivers it and
+    keeps the record there."""
+    from redis.sentinel import Sentinel
+
+    from hookline.delivery.engine import DeliveryEngine, DeliveryRequest, Finished
+    from hookline.delivery.sender import AttemptResult
+    from hookline.store.gates import Gate
+
+    sentinels = [("127.0.0.1", port) for port in deployment.sentinel_ports]
+    plain = Sentinel(sentinels, socket_timeout=2).master_for(deployment.master_name,
+                                                             decode_responses=True)
+    endpoint = EndpointRegistry(plain).add("dup-ep", "http://127.0.0.1:9/hook")
+    sent: list[str] = []
+
+    def sender(_endpoint: Any, event: Any) -> AttemptResult:
+        sent.append(event.id)
+        return AttemptResult(status=204, latency=0.01, body_excerpt="")
+
+    engine = DeliveryEngine(Gate(plain), DeadLetterQueue(plain), sender=sender)
+    request = DeliveryRequest(endpoint_id=endpoint.id, event_type="invoice.paid",
+                              payload={"invoice": 7}, event_id="evt-demoted")
+    assert replication.wait_for_replicas(plain) == 2
+    old_port, new_port = deployment.failover()
+    # delivered, its done marker on the demoted master: the pool has not asked
+    assert engine.attempt(request, token=uuid.uuid4().hex) == Finished("delivered", status=204)
+    if deployment.node(old_port).info("replication")["role"] != "master":
+        pytest.skip("Sentinel reconfigured the demoted master before the settle")
+    time.sleep(replication.FOLLOW_EVERY)  # the replicas' count is asked again
+    with pytest.raises(replication.ReplicasBehind):
+        engine.attempt(request, token=uuid.uuid4().hex)
+
+    def settled_on_the_new_master() -> bool:
+        try:
+            return engine.attempt(request, token=uuid.uuid4().hex) in (
+                Finished("delivered", status=204), Finished("duplicate"))
+        except redis.RedisError:
+            return False
+
+    wait_until(settled_on_the_new_master, timeout=30, interval=0.3)
+    assert recorded_delivered(deployment.node(new_port), [(endpoint.id, "evt-demoted")]) == [True]
+    assert sent.count("evt-demoted") >= 1
