@@ -6,9 +6,8 @@ reason), :class:`Deferred` (the event was not attempted, so no retry is consumed
 :class:`RetryDue` (the attempt failed; the countdown the retry policy chose). No exception hop
 through Celery: a retry costs a park in the schedule, not a traceback.
 
-The sender, the clock and the random source are arguments, so every row of the outcome table
-is tested in-process with a fake receiver and a fixed clock.
-"""
+The sender, the clock and the random source are arguments: every row of the outcome table is
+tested in-process with a fake receiver and a fixed clock."""
 
 from __future__ import annotations
 
@@ -187,9 +186,8 @@ class DeliveryEngine:
                 receipt: Receipt | None = None) -> AttemptOutcome:
         """One attempt of ``request``: the gate, the send, the settle and the decision.
 
-        ``receipt``: what acknowledges the message, when the transport folds that into the
-        settle (``hookline.transport.receipt``). Opaque here: it is handed to
-        ``Gate.settle`` as it is, and how the message is acknowledged is the transport's."""
+        ``receipt``: what acknowledges the message where the transport folds that into the
+        settle (``hookline.transport.receipt``), handed to ``Gate.settle`` as it is."""
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending",
@@ -206,9 +204,7 @@ class DeliveryEngine:
                            "event type or payload; this copy was not sent")
             case Verdict.DUPLICATE:
                 # (A second copy that was its ordered key's head moved the line on, admit.lua.)
-                # Behind Sentinel, the done marker it rests on may have been read on a master
-                # demoted a moment ago, which the new one never got: confirmed before the
-                # message is let go of, else retried (MasterMoved) and judged on the new one.
+                # Confirmed where it was read: a demoted master's done marker is lost with it.
                 wait_for_replicas(self.gate.redis)
                 log_event("delivery.duplicate", endpoint_id=request.endpoint_id,
                           event_id=request.event_id)
