@@ -106,8 +106,7 @@ PROBE_LOOK = 2.0
 
 
 def settle_outcome(result: AttemptResult, outcome: Outcome) -> str:
-    """What settle.lua records for an attempt: a 429 means the receiver is up but busy, so it is
-    not a circuit-breaker failure; an unusable URL says nothing about the receiver."""
+    """What settle.lua records: a 429 is a busy receiver, not a breaker failure."""
     if result.refused:
         return "rejected"
     if outcome is Outcome.RETRY:
