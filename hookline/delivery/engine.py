@@ -36,6 +36,7 @@ from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
 from hookline.store.ordering import OrderLines
 from hookline.store.replication import wait_for_replicas
+from hookline.transport.face import broker_face
 
 #: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
 GONE_REASON = "gone: the receiver answered 410 Gone"
@@ -158,8 +159,7 @@ class DeliveryEngine:
 
     :param sender: sends one event to one endpoint (default: the pooled HTTP sender).
     :param clock: Unix seconds now (default ``time.time``).
-    :param rng: the random source of retry and deferral jitter (default: a new
-        ``random.Random``).
+    :param rng: the random source of retry and deferral jitter (default: ``random.Random()``).
     :param on_gone: called with an endpoint id after its first 410, to dead-letter the
         endpoint's scheduled retries (default: ``retries.dead_letter_scheduled``).
     :param on_operational: called with each operational event (an endpoint disabled by a
@@ -172,7 +172,7 @@ class DeliveryEngine:
                  rng: random.Random | None = None,
                  on_gone: Callable[[str], Any] | None = None,
                  on_operational: Callable[[OperationalEvent], Any] | None = None) -> None:
-        self.gate = gate or Gate()
+        self.gate = gate or Gate(doorbell=broker_face().doorbell)
         self.dlq = dlq or DeadLetterQueue()
         self.lines = OrderLines(self.dlq.redis)
         self._send_event = sender

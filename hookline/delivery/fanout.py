@@ -27,12 +27,12 @@ import time
 from typing import Any
 
 from hookline.core import tracing
-from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME, shown_args
 from hookline.delivery.publisher import celery_app, enqueue_delivery
 from hookline.store.fanouts import FanoutLog, PublishedEvent
 from hookline.transport.envelope import DeliveryMessages
+from hookline.transport.face import broker_face
 
 #: Deliveries enqueued per batch (one recorded step of the cursor).
 FANOUT_BATCH = 500
@@ -87,7 +87,7 @@ def expand(app_id: str, event_id: str, *, batch: int = FANOUT_BATCH,
     size = len(event.payload.encode())
     if event.lined and not event.lined_done:  # its publisher died before it queued them
         enqueue_lined(fanouts, event, payload, size)
-    if pushed_by_script(settings()):
+    if broker_face().pushes_by_script:
         enqueued = _push_batches(fanouts, event, payload, size, batch)
     else:
         enqueued = _publish_batches(fanouts, event, payload, size, batch)
@@ -104,14 +104,6 @@ def enqueue_lined(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size:
     with celery_app().producer_or_acquire() as producer:
         _enqueue_batch(producer, event, event.lined, payload, size)
     fanouts.mark_lined(event.app_id, event.event_id)
-
-
-def pushed_by_script(config: Settings) -> bool:
-    """Whether the broker is Hookline's own plain Redis, where push_fanout.lua enqueues a
-    batch and moves the cursor in one step (Sentinel's publishes wait for replicas, so they
-    go through kombu)."""
-    return config.broker_is_state and config.redis_url.startswith(
-        ("redis://", "rediss://", "unix://"))
 
 
 def _push_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int,

@@ -80,12 +80,12 @@ def enqueue_prepared_many(events: Sequence[PreparedEvent]) -> list[WebhookInputE
     in one pipeline: one round trip for the lot (the outbox's relay publishes its batches so).
     Raises like a publish when Redis is away: some of the events may have been pushed, and
     publishing them again under their ids delivers each once."""
-    from hookline.delivery.fanout import pushed_by_script  # the relay's, not send_webhook's
+    from hookline.transport.face import broker_face  # the relay's, not send_webhook's
 
     config = settings()
     if not events:
         return []
-    if not (pushed_by_script(config) and not config.state_is_cluster):
+    if not (broker_face(config).pushes_by_script and not config.state_is_cluster):
         return [refusal_of(partial(enqueue_prepared, event)) for event in events]
     app = celery_app()
     client = store.client()

@@ -17,6 +17,7 @@ from hookline.delivery.fanout import sweep_fanouts
 from hookline.store.connection import bounded_options, redis_for
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.errors import KombuError
+from hookline.transport.face import broker_face
 from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
 
 #: Seconds a releaser waits after Redis or the broker failed before it looks again.
@@ -29,11 +30,12 @@ def broker_target(config: Settings) -> Any:
     """Where released retries go: None when the broker is Hookline's own Redis (release.lua
     pushes them itself), a Redis client for a Redis broker elsewhere, or a
     :class:`RabbitBroker` for RabbitMQ."""
-    if config.broker_amqp:
+    face = broker_face(config)
+    if face.releases_by_script:
+        return None
+    if not face.queues_are_lists:
         return RabbitBroker()
-    if not config.broker_is_state:
-        return redis_for(config.broker_url, decode_responses=False, **bounded_options())
-    return None
+    return redis_for(config.broker_url, decode_responses=False, **bounded_options())
 
 
 def retry_queue_room(broker: Any, queue: str, limit: int) -> int:

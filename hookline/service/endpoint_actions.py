@@ -26,6 +26,7 @@ that does not exist or is outside ``actor.app_scope``; one audit entry once done
     disable(actor, endpoint_id, reason="disabled by operator") -> EndpointSummary
     enable(actor, endpoint_id) -> EndpointSummary
     reset_breaker(actor, endpoint_id) -> None
+    check_ordered(ordered) -> bool     # EndpointError where the broker keeps no ordered lines
     rotate_secret(actor, endpoint_id, *, overlap=None, secret=None, signature=None)
         -> RotatedSecret
 
@@ -53,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookline.core.endpoint import Endpoint, generate_secret
+from hookline.core.endpoint import Endpoint, EndpointError, generate_secret
 from hookline.core.endpoint_validation import validate_signature
 from hookline.core.signing import HMAC, public_key, secret_kind
 from hookline.delivery import retries
@@ -68,6 +69,7 @@ from hookline.service.endpoints import (
 from hookline.store.endpoints import EndpointRegistry, Names
 from hookline.store.gates import Gate
 from hookline.store.ordering import OrderLines
+from hookline.transport.face import broker_face
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,16 @@ def _in_scope_app(actor: Actor, app: str | None) -> str | None:
     return actor.app_scope
 
 
+def check_ordered(ordered: bool) -> bool:
+    """An endpoint can be ordered only where consume.lua keeps its lines: a Redis broker that
+    is Hookline's own Redis (the default), not RabbitMQ, not a state Redis apart from it."""
+    if ordered and not broker_face().ordered_lines:
+        raise EndpointError("an ordered endpoint needs the broker to be Hookline's own Redis "
+                            "(HOOKLINE_BROKER_URL unset or equal to REDIS_URL): its deliveries "
+                            "wait in lines there, one key at a time", "ordered")
+    return bool(ordered)
+
+
 def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None = None,
                  signature: str | None = None, timeout: float | None = None,
                  retry_policy: Mapping[str, Any] | None = None,
@@ -160,6 +172,7 @@ def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None
     app = _in_scope_app(actor, app)
     extra: dict[str, Any] = {} if burst is None else {"burst": burst}
     key, generated = _new_key(secret, signature, HMAC)
+    check_ordered(ordered)
     added = EndpointRegistry().add(endpoint_id, url, secret=key, timeout=timeout,
                                    retry_policy=retry_policy, rate=rate, headers=headers,
                                    app=app, event_types=event_types, channels=channels,
@@ -196,6 +209,7 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
         damaged = require_replacing_secrets(actor, endpoint_id, registry)[1]
     if actor.app_scope is not None and app is not None and app != actor.app_scope:
         raise NotFound("application", app)
+    check_ordered(bool(ordered))
     updated = registry.update(endpoint_id, url=url, secret=secret, timeout=timeout,
                               retry_policy=retry_policy, rate=rate, burst=burst,
                               headers=headers, remove_headers=remove_headers, app=app,

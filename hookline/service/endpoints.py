@@ -46,6 +46,7 @@ from hookline.store import keys
 from hookline.store.endpoints import EndpointRegistry, registered_ids
 from hookline.store.gates import BreakerStatus, Gate
 from hookline.store.history import AttemptHistory, RecentAttempts
+from hookline.transport.face import broker_face
 
 #: What an unscoped actor is told of an unknown endpoint (the CLI's words since 0.1).
 ADD_HINT = "add it with 'hookline endpoint add'"
@@ -270,7 +271,7 @@ def endpoint_health(actor: Actor, endpoint_id: str) -> EndpointHealth:
     """What ``hookline endpoint show`` and the console's endpoint page show."""
     endpoint = require_endpoint(actor, endpoint_id)
     gate = Gate()
-    inflight, waiting = gate.in_flight(endpoint.id)
+    inflight, waiting = gate.in_flight(endpoint.id, waiting=broker_face().fair_waiting)
     policy = endpoint.policy()
     return EndpointHealth(
         summary=summarize(endpoint), policy=policy.as_dict(), retry_window=policy.window(),

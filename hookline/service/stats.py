@@ -41,6 +41,7 @@ from hookline.store.connection import bounded_options, redis_for
 from hookline.store.deadletter import DeadLetterQueue, DeadLetterStats
 from hookline.store.gates import BreakerStatus, Gate
 from hookline.store.schedule import ScheduleStats
+from hookline.transport.face import broker_face
 from hookline.transport.liveness import registry
 from hookline.transport.rabbitmq import BrokerUnavailable, RabbitBroker
 
@@ -139,14 +140,14 @@ def needs_attention(status: BreakerStatus) -> bool:
 def queue_depths() -> dict[str, int]:
     """Messages waiting in each Celery queue, as the broker counts them: LLEN of a Redis
     broker's lists (which may be another Redis), a passive declare on RabbitMQ."""
-    config = settings()
-    if config.broker_amqp:
+    config, face = settings(), broker_face()
+    if not face.queues_are_lists:
         try:
             return RabbitBroker().depths((DELIVERY_QUEUE, RETRY_QUEUE))
         except BrokerUnavailable as exc:
             raise BrokerUnreachable(str(exc), variable="HOOKLINE_BROKER_URL",
                                     url=config.broker_url, cause=exc) from None
-    variable = "REDIS_URL" if config.broker_is_state else "HOOKLINE_BROKER_URL"
+    variable = face.url_variable
     try:
         broker = redis_for(config.broker_url, decode_responses=False, **bounded_options())
     except ValueError as exc:
@@ -185,7 +186,7 @@ def workers_report() -> dict[str, Any] | None:
     """The broker's registry of live worker processes (hookline/transport/liveness.py): None on
     RabbitMQ, which tracks its consumers itself."""
     config = settings()
-    if config.broker_amqp:
+    if not broker_face(config).worker_registry:
         return None
     broker = redis_for(config.broker_url, decode_responses=False, **bounded_options())
     try:
@@ -203,7 +204,7 @@ def in_flight(endpoints: list[EndpointSummary]) -> list[dict[str, Any]]:
     if not endpoints:
         return []
     pipe = store.client().pipeline(transaction=False)
-    waiting_here = settings().broker_is_state
+    waiting_here = broker_face().fair_waiting
     for item in endpoints:
         pipe.hget(keys.endpoint_key(item.id), "inflight")
         if waiting_here:

@@ -93,7 +93,8 @@ class EndpointRegistry:
         request headers (name -> value; :mod:`hookline.core.headers` says which are refused).
         ``app`` makes it one of that application's endpoints (the application must exist);
         ``event_types`` and ``channels`` are its subscription
-        (``hookline.core.subscriptions``), only meaningful with an ``app``."""
+        (``hookline.core.subscriptions``), only meaningful with an ``app``. Whether the broker
+        can keep an ``ordered`` endpoint's lines is the caller's check (the service's)."""
         validate_endpoint_id(endpoint_id)
         filters, listened = validate_subscription(event_types, channels)
         self._check_app(app)
@@ -114,7 +115,7 @@ class EndpointRegistry:
             event_types=filters,
             channels=listened,
             max_in_flight=validate_max_in_flight(max_in_flight),
-            ordered=check_ordered(ordered),
+            ordered=bool(ordered),
             order_policy=validate_order_policy(order_policy) or "block",
             trace_context=bool(trace_context),
         )
@@ -297,7 +298,7 @@ class EndpointRegistry:
             # 0 removes the cap
             changes["max_in_flight"] = validate_max_in_flight(max_in_flight) or None
         if ordered is not None:
-            changes["ordered"] = check_ordered(ordered)
+            changes["ordered"] = bool(ordered)
         if order_policy is not None:
             changes["order_policy"] = validate_order_policy(order_policy)
         if trace_context is not None:
@@ -411,16 +412,6 @@ class EndpointRegistry:
         if not script(keys=[key], args=flat):
             raise UnknownEndpoint(endpoint.id)
         return endpoint
-
-
-def check_ordered(ordered: bool) -> bool:
-    """An endpoint can be ordered only where consume.lua keeps its lines: a Redis broker that
-    is Hookline's own Redis (the default), not RabbitMQ, not a state Redis apart from it."""
-    if ordered and not settings().broker_is_state:
-        raise EndpointError("an ordered endpoint needs the broker to be Hookline's own Redis "
-                            "(HOOKLINE_BROKER_URL unset or equal to REDIS_URL): its deliveries "
-                            "wait in lines there, one key at a time", "ordered")
-    return bool(ordered)
 
 
 def damaged_secrets(endpoint_id: str, data: Mapping[str, str]) -> bool:

@@ -153,10 +153,15 @@ def _keys(endpoint_id: str, event_id: str) -> list[str]:
 
 
 class Gate:
-    """Admit and settle attempts for (endpoint, event) pairs; read and reset breakers."""
+    """Admit and settle attempts for (endpoint, event) pairs; read and reset breakers.
 
-    def __init__(self, redis_client: Any = None) -> None:
+    ``doorbell``: admit and settle ring the consume doorbell when they free a slot or move an
+    ordered line, which they can only where this Redis is the broker too (the default; the
+    delivery engine passes ``BrokerFace.doorbell``). Otherwise each touches one slot."""
+
+    def __init__(self, redis_client: Any = None, *, doorbell: bool = True) -> None:
         self.redis: Any = redis_client or store.client()
+        self.doorbell = doorbell
         self._admit = self.redis.register_script(store.load_script("admit"))
         self._settle = self.redis.register_script(store.load_script("settle"))
         self._release_dead: Any = None
@@ -196,7 +201,7 @@ class Gate:
             keys=[*_keys(endpoint_id, event_id), keys.done_key(endpoint_id, event_id),
                   keys.digest_key(endpoint_id, event_id), keys.leases_key(endpoint_id),
                   # an ordered key's line moves on a duplicate head (one slot otherwise)
-                  *([_DELIVERY_DOORBELL] if config.broker_is_state else [])],
+                  *([_DELIVERY_DOORBELL] if self.doorbell else [])],
             args=[
                 token,
                 math.ceil(config.lease_seconds(0) * 1000),
@@ -275,8 +280,7 @@ class Gate:
             keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
                   keys.leases_key(endpoint_id),
                   # the doorbell only where the broker is this Redis (one slot otherwise)
-                  _DELIVERY_DOORBELL if config.broker_is_state
-                  else keys.endpoint_key(endpoint_id),
+                  _DELIVERY_DOORBELL if self.doorbell else keys.endpoint_key(endpoint_id),
                   *(receipt.settle_keys() if receipt is not None else ())],
             args=[
                 token,
@@ -315,14 +319,14 @@ class Gate:
             receipt.after_settle(outcome, fenced=bool(fenced))
         return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))
 
-    def in_flight(self, endpoint_id: str) -> tuple[int, int]:
+    def in_flight(self, endpoint_id: str, *, waiting: bool = True) -> tuple[int, int]:
         """``(attempts in flight, deliveries waiting for their share or the cap)`` of one
-        endpoint across all workers (the waiting ones live beside the broker's queues, so
-        they are counted only where the broker is this Redis)."""
+        endpoint across all workers. The waiting ones live beside the broker's queues, so
+        they are counted only with ``waiting``, where the broker is this Redis (the caller
+        says: ``BrokerFace.fair_waiting``); 0 otherwise."""
         inflight = int(self.redis.hget(keys.endpoint_key(endpoint_id), "inflight") or 0)
-        waiting = (int(self.redis.llen(keys.fair_waiting_key(endpoint_id)))
-                   if settings().broker_is_state else 0)
-        return inflight, waiting
+        count = int(self.redis.llen(keys.fair_waiting_key(endpoint_id))) if waiting else 0
+        return inflight, count
 
     def is_delivered(self, endpoint_id: str, event_id: str) -> bool:
         return delivered(self.redis, [(endpoint_id, event_id)])[0]

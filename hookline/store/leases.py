@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
@@ -43,10 +42,13 @@ def token_owner(token: str) -> str:
 
 
 class Leases:
-    """The leases of every endpoint on one Redis (the state's)."""
+    """The leases of every endpoint on one Redis (the state's). ``doorbell``: a
+    reconciliation that frees a slot rings the consume doorbell, which lives in this Redis
+    when it is the broker too (the default; the caller says: ``BrokerFace.doorbell``)."""
 
-    def __init__(self, redis_client: Any = None) -> None:
+    def __init__(self, redis_client: Any = None, *, doorbell: bool = True) -> None:
         self.redis: Any = redis_client or store.client()
+        self._doorbell = [keys.doorbell_key(DELIVERY_QUEUE)] if doorbell else []
         self._reconcile = self.redis.register_script(_RECONCILE)
 
     def counted(self) -> list[str]:
@@ -74,9 +76,9 @@ class Leases:
         """Drop the leases that ran out and those in ``drop`` (tokens no live process holds),
         mend the endpoint's count, and wake a consumer when deliveries wait for its share and
         it has room now."""
-        doorbell = ([keys.doorbell_key(DELIVERY_QUEUE)] if settings().broker_is_state else [])
         before, after = self._reconcile(
-            keys=[keys.leases_key(endpoint_id), keys.endpoint_key(endpoint_id), *doorbell],
+            keys=[keys.leases_key(endpoint_id), keys.endpoint_key(endpoint_id),
+                  *self._doorbell],
             args=list(drop))
         return Mended(endpoint_id, int(before), int(after))
 

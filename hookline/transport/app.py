@@ -17,6 +17,7 @@ from celery import Celery
 
 from hookline.core.config import Settings, settings
 from hookline.transport.amqp import AMQP_CLASS, SENTINEL_TRANSPORT, TRANSPORT
+from hookline.transport.face import broker_face
 
 _lock = threading.Lock()
 _app: tuple[Settings, Celery] | None = None
@@ -63,6 +64,5 @@ def celery_app() -> Celery:
 def claims_on_publish() -> bool:
     """Whether a publish can claim the event id itself (``hookline_claim``): the broker is
     Hookline's Redis transport on Hookline's own Redis, so claim and push are one script."""
-    config = settings()
     transport = str(celery_app().conf.broker_transport or "")
-    return transport in (TRANSPORT, SENTINEL_TRANSPORT) and config.broker_is_state
+    return transport in (TRANSPORT, SENTINEL_TRANSPORT) and broker_face().claims_on_publish

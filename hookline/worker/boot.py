@@ -27,6 +27,7 @@ from hookline.core.config import ConfigError, settings
 from hookline.core.logs import configure_worker_logging, log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.transport import compat
+from hookline.transport.face import broker_face
 from hookline.transport.liveness import stop_process_liveness
 from hookline.worker.celery import app
 
@@ -85,7 +86,7 @@ def _check_ordered_endpoints(sender: Any = None, **_: object) -> None:
     """An ordered endpoint's lines are kept by the consume script of a broker that is
     Hookline's own Redis: a worker on any other broker would deliver its events out of order,
     so it refuses to start while one exists."""
-    if not _ours(sender) or settings().broker_is_state:
+    if not _ours(sender) or broker_face().ordered_lines:
         return
     from hookline.store.ordering import ordered_endpoints
 
@@ -145,12 +146,12 @@ def _start_reconciler(sender: Any = None, **_: object) -> None:
     from hookline.store.leases import Leases
     from hookline.worker.reconciler import Reconciler
 
-    config = settings()
+    config, face = settings(), broker_face()
     client = store.client()
     waiting = ((lambda: {str(e) for e in client.smembers(FAIR_WAITING_KEY)})
-               if config.broker_is_state else None)
-    _reconciler = Reconciler(Leases(client), interval=config.reconcile_interval,
-                             waiting=waiting).start()
+               if face.fair_waiting else None)
+    _reconciler = Reconciler(Leases(client, doorbell=face.doorbell),
+                             interval=config.reconcile_interval, waiting=waiting).start()
 
 
 @worker_init.connect

@@ -20,6 +20,7 @@ from hookline.delivery.engine import ENDPOINT_HOLDS, DeliveryRequest
 from hookline.store import connection
 from hookline.store.event_log import EventLog
 from hookline.store.schedule import RetrySchedule, ScheduleFull
+from hookline.transport.face import broker_face
 
 _schedule: RetrySchedule | None = None
 _event_log: EventLog | None = None
@@ -121,8 +122,7 @@ class ParkingTask(Task):
             # stops a second send of an attempt whose delivery was recorded.
             log_event("schedule.park_failed", level=logging.WARNING, endpoint_id=args[0],
                       event_id=kwargs["event_id"], error=type(exc).__name__, next="redelivered")
-            config = settings()
-            if not config.broker_is_state:
+            if broker_face().paces_requeue:
                 # A broker apart from Hookline's Redis takes the requeue at once: pace it,
                 # or the message would loop through the worker as fast as it can fail.
                 time.sleep(1.0)

@@ -41,6 +41,7 @@ from hookline.delivery.engine import (
 )
 from hookline.delivery.fanout import expand
 from hookline.delivery.retries import dead_letter_unexpected
+from hookline.transport.face import broker_face
 from hookline.transport.liveness import process_liveness
 from hookline.transport.receipt import receipt_for, wait_for_share
 from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these)
@@ -106,9 +107,8 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
         dead_letter_unexpected((endpoint_id, event_type, payload), {"event_id": event_id},
                                self.request.id, "malformed", exc)
         return {"outcome": "dead_lettered", "reason": "malformed"}
-    config = settings()
-    amqp = config.broker_amqp
-    held = HELD.held(endpoint_id) if amqp else None  # a Redis broker's consume.lua parks them
+    face = broker_face()
+    held = HELD.held(endpoint_id) if face.parks_in_worker else None  # else consume.lua parks them
     if held is not None and request.deadline is None:
         return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
@@ -117,7 +117,7 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
     # Redis: the transport folds the acknowledgement into the settle (one round trip less);
     # Celery's ack after the task then sends nothing (hookline/transport/receipt.py).
     tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
-    receipt = receipt_for(tag) if config.broker_is_state and tag else None
+    receipt = receipt_for(tag) if face.receipts and tag else None
     if receipt is not None and not receipt.still_ours():
         log_event("delivery.fenced", level=logging.WARNING, endpoint_id=endpoint_id,
                   event_id=event_id, detail="taken before this worker was declared dead; "
@@ -134,7 +134,7 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
         # Waits in its endpoint's list for a slot under the cap: no timer, no attempt used.
         return {"outcome": "waiting", "reason": "capped"}
     if isinstance(result, Deferred):  # not an attempt: the count stays
-        if amqp:
+        if face.parks_in_worker:
             HELD.remember(endpoint_id, result)
         self.park_next(result.request, result.countdown)
         log_held(result.request, result.reason)

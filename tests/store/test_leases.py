@@ -98,6 +98,22 @@ def test_the_reconciler_gives_back_the_slots_of_attempts_this_process_no_longer_
     assert Reconciler(Leases(client), interval=30, running=running).sweep(full=True) == []
 
 
+def test_where_the_broker_is_elsewhere_a_slot_given_back_rings_no_doorbell_here(endpoint):
+    """Without the doorbell (``BrokerFace.doorbell``: the broker is apart from this Redis, its
+    consumers wait there), the gate and the reconciliation keep to the endpoint's keys."""
+    client = store.client()
+    Gate(doorbell=False).admit(endpoint.id, "evt-1", "me-1")
+    client.hset(keys.endpoint_key(endpoint.id), "waiting", "1")
+    bell = keys.doorbell_key("hookline")
+    client.delete(bell)
+    running = RunningAttempts()
+    running.start("me-1", endpoint.id)
+    running.finish("me-1")  # its settle was lost
+    mended = Reconciler(Leases(client, doorbell=False), interval=30, running=running).sweep()
+    assert [(m.before, m.after) for m in mended] == [(1, 0)]
+    assert client.llen(bell) == 0
+
+
 def test_a_count_whose_leases_all_ran_out_is_mended_by_the_full_sweep(endpoint):
     gate, client = Gate(), store.client()
     gate.admit(endpoint.id, "evt-1", "gone-1")

@@ -11,7 +11,7 @@ from hookline.core.endpoint_validation import validate_headers, validate_order_p
 from hookline.core.event import MalformedEvent, check_ordering_key
 from hookline.core.messages import delivery_headers
 from hookline.delivery.sender import WebhookEvent, build_headers
-from hookline.store.endpoints import check_ordered
+from hookline.service.endpoint_actions import check_ordered
 
 ENDPOINT = Endpoint(id="ledger", url="https://example.com/hooks", secrets=("whsec_" + "A" * 44,),
                     ordered=True)
