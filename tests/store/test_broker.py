@@ -8,6 +8,7 @@ import contextlib
 import json
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -496,6 +497,37 @@ def test_an_outcome_for_a_restored_record_is_fenced_and_acknowledged_without_a_c
                      client.info("commandstats").items()}
         assert set(calls) == {"cmdstat_config|resetstat"}, calls
         assert not gate.is_delivered("ep-1", "evt-1")
+
+
+def test_the_workers_request_carries_the_messages_entry_to_its_task(private_redis):
+    """The worker's request (``TaskRequest``), made as the consumer receives a task message,
+    puts the message's ledger entry where the task's ``self.request`` reads it back
+    (``held_entry``); a message the ledger never took (a bare kombu message) gets none."""
+    from celery.app.task import Context
+
+    from hookline.worker.request import TaskRequest, held_entry
+
+    url, _ = private_redis
+    task = SimpleNamespace(ignore_result=True)
+    with connect_to(url) as conn:
+        Producer(conn.channel(), exchange=QUEUE.exchange, routing_key=QUEUE.routing_key,
+                 serializer="json").publish([[], {}, {}], declare=[QUEUE],
+                                            headers={"id": "t-1", "task": "hookline.deliver"})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            drain_until(conn, lambda: held)
+            [message] = held
+            request = TaskRequest(message, hostname="t@h", task=task)
+            entry = held_entry(Context(request.request_dict))
+            assert entry is not None and entry is entry_of(message)
+            message.ack()
+            assert not entry.held
+        bare = SimpleNamespace(headers={"id": "t-2", "task": "hookline.deliver"}, body=([], {}, {}),
+                               payload=([], {}, {}), content_type="application/json",
+                               content_encoding="utf-8", delivery_info={}, properties={},
+                               delivery_tag="t-2", channel=conn.default_channel)
+        assert held_entry(Context(TaskRequest(bare, hostname="t@h", task=task,
+                                              decoded=True).request_dict)) is None
 
 
 def old_worker_holds(db: redis.Redis, tag: str, taken_at: float) -> None:
