@@ -25,7 +25,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from hookline.core.version import __version__
 
 if TYPE_CHECKING:
     from hookline.api.enqueue import EventIdConflict, WebhookInputError, send_webhook

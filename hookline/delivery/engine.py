@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from hookline.core import metrics, redact, tracing
@@ -32,11 +33,12 @@ from hookline.delivery.retries import UNREADABLE_JITTER, UNREADABLE_LOOK, dead_l
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
-from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
+from hookline.store.gates import Admission, Gate, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
 from hookline.store.ordering import OrderLines
 from hookline.store.replication import wait_for_replicas
 from hookline.transport.face import broker_face
+from hookline.transport.ledger import Entry
 
 #: Stored as the endpoint's ``disabled_reason`` after a 410; "gone" marks it for the gate.
 GONE_REASON = "gone: the receiver answered 410 Gone"
@@ -182,11 +184,9 @@ class DeliveryEngine:
         self._report = on_operational or operational.report
 
     def attempt(self, request: DeliveryRequest, *, token: str,
-                receipt: Receipt | None = None) -> AttemptOutcome:
-        """One attempt of ``request``: the gate, the send, the settle and the decision.
-
-        ``receipt``: what acknowledges the message where the transport folds that into the
-        settle (``hookline.transport.receipt``), handed to ``Gate.settle`` as it is."""
+                entry: Entry | None = None) -> AttemptOutcome:
+        """One attempt of ``request``: the gate, the send, the settle and the decision; the
+        settle through ``entry`` (the message's in the transport's ledger) when given."""
         now = self._clock()
         if request.deadline is not None and now >= request.deadline:
             return self.dead_letter(request, "expired", detail="deadline passed before sending",
@@ -249,7 +249,7 @@ class DeliveryEngine:
         if admission.transition:
             log_event("breaker.half_open", endpoint_id=request.endpoint_id,
                       event_id=request.event_id)
-        return self._send(admission.endpoint, request, token, now, digest, admission, receipt)
+        return self._send(admission.endpoint, request, token, now, digest, admission, entry)
 
     def _held_too_long(self, request: DeliveryRequest, now: float) -> bool:
         since = request.first_attempt_at or request.enqueued_at
@@ -273,7 +273,7 @@ class DeliveryEngine:
     def _send(
         self, endpoint: Endpoint, request: DeliveryRequest, token: str, started: float,
         digest: str = "", admission: Admission | None = None,
-        receipt: Receipt | None = None,
+        entry: Entry | None = None,
     ) -> Finished | RetryDue:
         first_attempt_at = request.first_attempt_at or started
         # The body is fixed at publish: its timestamp is the publish time the message carries,
@@ -302,7 +302,7 @@ class DeliveryEngine:
             response=excerpt(result.body_excerpt, settings().history_body_bytes),
         )
         settlement = self._settle(endpoint, request, token, recorded, retry_after, record,
-                                  digest, admission.redis_now_ms() if admission else 0, receipt)
+                                  digest, admission.redis_now_ms() if admission else 0, entry)
         metrics.observe_attempt(endpoint.id, result.status, result.latency)
         if settlement.fenced:
             # This process was declared dead during the attempt: its message went to another
@@ -339,13 +339,13 @@ class DeliveryEngine:
 
     def _settle(self, endpoint: Endpoint, request: DeliveryRequest, token: str, outcome: str,
                 retry_after: float | None, record: AttemptRecord, digest: str = "",
-                now_ms: int = 0, receipt: Receipt | None = None) -> Settlement:
-        settlement = self.gate.settle(endpoint.id, request.event_id, token, outcome,
-                                      retry_after=retry_after, reason=GONE_REASON,
-                                      record=record, digest=digest, now_ms=now_ms,
-                                      receipt=receipt, event_type=request.event_type,
-                                      ordering_key=(request.ordering_key or endpoint.id)
-                                      if endpoint.ordered else None)
+                now_ms: int = 0, entry: Entry | None = None) -> Settlement:
+        settle = self.gate.settle if entry is None else partial(entry.settle, self.gate)
+        settlement = settle(endpoint.id, request.event_id, token, outcome,
+                            retry_after=retry_after, reason=GONE_REASON, record=record,
+                            digest=digest, now_ms=now_ms, event_type=request.event_type,
+                            ordering_key=(request.ordering_key or endpoint.id)
+                            if endpoint.ordered else None)
         if settlement.transition == "opened":
             log_event("breaker.opened", level=logging.WARNING, endpoint_id=endpoint.id,
                       event_id=request.event_id)

@@ -31,7 +31,6 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from hookline import __version__
 from hookline.core import ordering, tracing
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
@@ -39,6 +38,7 @@ from hookline.core.headers import is_owned
 from hookline.core.policy import classify
 from hookline.core.signing import signature
 from hookline.core.ssrf import TargetRefused
+from hookline.core.version import __version__
 from hookline.delivery.http import InvalidTarget, PinnedPools, attempt_deadline, status_of
 
 USER_AGENT = f"hookline/{__version__}"

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint, SealedRecordError
@@ -93,21 +93,18 @@ class Settlement:
     fenced: bool = False
 
 
-class Receipt(Protocol):
-    """What acknowledges the broker message an attempt runs for, folded into its settle: the
-    transport's (``hookline.transport.receipt``), opaque to the engine and to the gate. The
-    gate appends its keys and arguments to settle.lua's (KEYS[5], ARGV[19] and ARGV[20]:
-    the fence and the acknowledgement on delivery, see the script) and tells it how the
-    settle went, so the outcome and the acknowledgement are one atomic step."""
+@dataclass(frozen=True)
+class Receipt:
+    """What acknowledges the broker message an attempt runs for, folded into its settle: its
+    member ``member`` of the broker's unacked records set ``records_key`` (the broker is this
+    Redis). settle.lua takes the set after its own keys and the member after its own
+    arguments: an outcome for a message whose member is gone is refused (``fenced``: it was
+    restored to another worker), and a delivered one removes the member, acknowledging the
+    message in the same atomic step. Plain data: the transport makes it
+    (``hookline.transport.ledger``) and reads the :class:`Settlement`."""
 
-    def settle_keys(self) -> list[str]:
-        """The keys settle.lua takes after its own."""
-
-    def settle_args(self, outcome: str) -> list[Any]:
-        """The arguments it takes after its own, for ``outcome``."""
-
-    def after_settle(self, outcome: str, *, fenced: bool) -> None:
-        """The settle of ``outcome`` ran (``fenced``: it was refused, nothing written)."""
+    records_key: str
+    member: bytes
 
 
 @dataclass(frozen=True)
@@ -266,7 +263,8 @@ class Gate:
         ``now_ms``: Redis time now (:meth:`Admission.redis_now_ms`), 0 to read it in the script.
         ``receipt``: what acknowledges the attempt's message, when the transport folds that
         into the settle (:class:`Receipt`): an outcome for a message restored to another
-        worker is refused (``fenced``), and a delivered one acknowledges it in the same step.
+        worker is refused (``fenced``), and a delivered one acknowledges it in the same step
+        (the returned :class:`Settlement` says which).
         ``ordering_key``: an ordered endpoint's delivery's key (the endpoint id by default): a
         delivered head lets the next of its key go, in the same step.
         ``event_type``: the event's, for its row in the event log (``hookline.store.event_log``,
@@ -281,7 +279,7 @@ class Gate:
                   keys.leases_key(endpoint_id),
                   # the doorbell only where the broker is this Redis (one slot otherwise)
                   _DELIVERY_DOORBELL if self.doorbell else keys.endpoint_key(endpoint_id),
-                  *(receipt.settle_keys() if receipt is not None else ())],
+                  *([receipt.records_key] if receipt is not None else ())],
             args=[
                 token,
                 outcome,
@@ -301,7 +299,10 @@ class Gate:
                 digest,
                 int(now_ms or 0),
                 "1" if config.history_in_record else "0",
-                *(receipt.settle_args(outcome) if receipt is not None else ("", "")),
+                # the member (the fence), and '1' to remove it only for a delivered outcome:
+                # any other leaves the message to Celery's ack or reject
+                *((receipt.member, "1" if outcome == "delivered" else "0")
+                  if receipt is not None else ("", "")),
                 ordering_key or "",
                 event_log.endpoint_prefix(endpoint_id) if record is not None else "",
                 shard_prefix, endpoint_id, event_type, record.attempt if record else 0,
@@ -315,8 +316,6 @@ class Gate:
             disabled.mark(self.redis, endpoint_id)  # settle.lua disabled it (store/disabled.py)
         if record is not None and not fenced:
             _observe(endpoint_id, event_id, record)
-        if receipt is not None:
-            receipt.after_settle(outcome, fenced=bool(fenced))
         return Settlement(held_lease=bool(held), transition=transition, fenced=bool(fenced))
 
     def in_flight(self, endpoint_id: str, *, waiting: bool = True) -> tuple[int, int]:

@@ -172,13 +172,13 @@ class ReplayJobs:
 
     def skipped_already(self, job_id: str, entry_ids: Sequence[str]) -> list[bool]:
         """For each id, whether this job skipped it."""
-        return self._members(keys.replay_job_skipped_key(job_id), entry_ids)
+        return self._in_set(keys.replay_job_skipped_key(job_id), entry_ids)
 
     def replayed_already(self, job_id: str, entry_ids: Sequence[str]) -> list[bool]:
         """For each id, whether this job recorded it replayed (by a run that crashed after)."""
-        return self._members(keys.replay_job_replayed_key(job_id), entry_ids)
+        return self._in_set(keys.replay_job_replayed_key(job_id), entry_ids)
 
-    def _members(self, key: str, entry_ids: Sequence[str]) -> list[bool]:
+    def _in_set(self, key: str, entry_ids: Sequence[str]) -> list[bool]:
         if not entry_ids:
             return []
         return [bool(n) for n in self.redis.smismember(key, list(entry_ids))]

@@ -7,9 +7,10 @@ delivery -> worker -> faces``): it may use the core and the store, never the lay
   any instant loses no message (the consume script, the doorbells, parking held deliveries),
   its publishing side (the doorbell, the publish that claims the event id), and the same on
   a master that Redis Sentinel finds.
-- ``unacked``, ``records`` and ``receipt``: the unacknowledged messages (kombu's QoS with the
-  records set, the record's format and readers, and the acknowledgement folded into a
-  delivery's settle).
+- ``unacked``, ``records`` and ``ledger``: the unacknowledged messages (kombu's QoS with the
+  records set, the record's format and readers, and the ledger of what a process holds for
+  each message: the acknowledgement folded into a delivery's settle, the fence, the wait for
+  its endpoint's share).
 - ``liveness``: each consuming process's heartbeat, and the restore of a dead one's messages.
 - ``amqp``, ``rabbitmq``: what Celery puts on the wire and shows Flower; RabbitMQ as broker.
 - ``envelope``: the broker message kombu's Redis transport pushes, built without a broker.

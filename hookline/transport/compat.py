@@ -56,7 +56,8 @@ REQUIRED_NAMES = {
         "on_send_event_buffered", "_flush_events", "on_decode_error", "on_unknown_message",
         "on_unknown_task", "on_invalid_task", "shutdown", "connect",
     ),
-    # What Flower is told (hookline/worker/request.py, hookline/transport/amqp.py).
+    # What Flower is told, and the ledger entry the task reads back from its request
+    # (hookline/worker/request.py, hookline/transport/amqp.py).
     "celery.worker.request:Request": (
         "send_event", "argsrepr", "kwargsrepr", "_request_dict", "_args", "_kwargs",
     ),

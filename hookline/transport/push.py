@@ -88,7 +88,7 @@ class PushingChannel(kombu_redis.Channel):
         """kombu's restore of one held message (``basic_recover``), for a records-set one
         too."""
         qos = self.qos
-        if bytes_to_str(message.delivery_tag) in qos._members:
+        if bytes_to_str(message.delivery_tag) in qos.ledger:
             qos.restore_by_tag(message.delivery_tag, leftmost=leftmost)
             return
         super()._restore(message, leftmost)

@@ -146,9 +146,6 @@ class Channel(PushingChannel):
     QoS = QoS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        #: The unacked records consume.lua wrote (records-set members, records.py), by
-        #: delivery tag, until QoS.append takes them over.
-        self._recorded: dict[str, bytes] = {}
         #: Endpoints whose keys consume.lua gets (insertion order: least recently needed first).
         self._endpoints: dict[str, None] = {}
         #: Their breaker and schedule-index keys, in that order: built when the set changes
@@ -374,9 +371,10 @@ class Channel(PushingChannel):
         if self._single_wake or last:
             self._single_wake = False
             self._waiting = True
+        ledger = self.qos.ledger
         for index, (tag, member, message, dest) in enumerate(messages):
             self._queue_cycle.rotate(dest)
-            self._recorded[tag] = member
+            entry = ledger.take(tag, member)  # held from now on (QoS.append accepts it)
             try:
                 self.connection._deliver(message, dest)
             except BaseException:
@@ -385,9 +383,10 @@ class Channel(PushingChannel):
                         self.qos.restore_member(client, rest)
                 raise
             finally:
-                if self._recorded.pop(tag, None) is not None:
+                if not entry.accepted:
                     # Delivered to a no-ack consumer (or to none): it is done with, as kombu's
                     # own BRPOP would have it; do not restore it later.
+                    ledger.release(tag)
                     self.qos.remove_record(member).execute()
         return True
 

@@ -22,8 +22,10 @@ index for a tag without a hash record and drop it without restoring the message;
 reads this set. A fleet still running such workers restores a dead new worker's messages only
 through its new workers' sweeps.
 
-A delivered event's settle removes the member itself (``hookline.transport.receipt``): the
-acknowledgement then sends nothing.
+What this process holds is kept in one :class:`~hookline.transport.ledger.Ledger` per
+channel, one entry per message; kombu's own ``_delivered`` stays kombu's. A delivered event's
+settle removes the member itself (``hookline.transport.ledger``): the acknowledgement then
+sends nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from hookline.core.attempts import notify_when_waiting, waiting_on_receivers
 from hookline.core.config import settings
 from hookline.store.connection import load_script
 from hookline.store.keys import WORKERS_LIVE_KEY, doorbell_key
+from hookline.transport.ledger import Ledger
 from hookline.transport.malformed import dead_letter_text
-from hookline.transport.receipt import HELD
 from hookline.transport.records import member_owner, parse_member, records_key
 
 logger = logging.getLogger("hookline")
@@ -108,16 +110,14 @@ def _release_lease(member: bytes, owner: str) -> None:
 
 class QoS(kombu_redis.QoS):
     """kombu's Redis QoS with the records set (module docstring). A message recorded by
-    consume.lua is known by its member (:attr:`_members`); one recorded by kombu's own
-    ``append`` (the transport's BRPOP fallback with a ``global_keyprefix``) keeps kombu's
-    layout and code throughout."""
+    consume.lua has its entry in :attr:`ledger`; one recorded by kombu's own ``append`` (the
+    transport's BRPOP fallback with a ``global_keyprefix``) keeps kombu's layout and code
+    throughout."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: Records-set members of the messages this channel holds, by delivery tag.
-        self._members: dict[str, bytes] = {}
-        #: Delivery tags whose member a settle removed already (:meth:`mark_settled`).
-        self._settled: set[str] = set()
+        #: What this channel holds with a records-set member, one entry per message.
+        self.ledger = Ledger(self.channel)
         #: can_consume said no: the event loop stopped polling (see :meth:`room_freed`).
         self._starved = False
 
@@ -168,8 +168,7 @@ class QoS(kombu_redis.QoS):
         return connection is None or getattr(connection, "client", None) is None
 
     def held_members(self) -> set[bytes]:
-        recorded = getattr(self.channel, "_recorded", {})
-        return {bytes(member) for member in [*self._members.values(), *recorded.values()]}
+        return self.ledger.members()
 
     def _records_of(self, client: Any, owner: str, taken_before: float = float("inf")
                     ) -> list[bytes]:
@@ -207,25 +206,11 @@ class QoS(kombu_redis.QoS):
         return restored, max(0, len(members) - REAP_BATCH)
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        recorded = getattr(self.channel, "_recorded", None)
-        member = recorded.pop(delivery_tag, None) if recorded else None
-        if member is not None:
+        if self.ledger.accept(delivery_tag) is not None:
             # consume.lua already wrote the record: only the in-memory bookkeeping.
-            self._members[delivery_tag] = member
-            HELD.hold(delivery_tag, self)
             virtual.QoS.append(self, message, delivery_tag)
             return
         super().append(message, delivery_tag)
-
-    def member_of(self, delivery_tag: str) -> bytes | None:
-        """The records-set member of a message this channel holds (None: kombu's layout)."""
-        return self._members.get(delivery_tag)
-
-    def mark_settled(self, delivery_tag: str) -> None:
-        """The member of ``delivery_tag`` is gone already (a delivered event's settle removed
-        it, hookline/transport/receipt.py): its acknowledgement sends nothing to Redis."""
-        if delivery_tag in self._members:
-            self._settled.add(delivery_tag)
 
     def remove_record(self, member: bytes) -> Any:
         """A pipeline (to ``execute()``) removing one records-set member."""
@@ -240,14 +225,12 @@ class QoS(kombu_redis.QoS):
         find. Inside kombu's restore transaction (``pipe`` given) its own order stands."""
         if pipe is not None:
             return super()._remove_from_indices(delivery_tag, pipe)
-        HELD.release(delivery_tag)
         self.room_freed()
-        member = self._members.pop(delivery_tag, None)
-        if delivery_tag in self._settled:
-            self._settled.discard(delivery_tag)
-            return _Removed()  # the delivery's settle removed it (mark_settled)
-        if member is not None:
-            return self.remove_record(member)
+        entry = self.ledger.release(delivery_tag)
+        if entry is not None and entry.gone is not None:
+            return _Removed()  # settled, fenced or set waiting: its member is gone already
+        if entry is not None:
+            return self.remove_record(entry.member)
         with self.channel.conn_or_acquire() as client:
             return (client.pipeline(transaction=False)
                     .hdel(self.unacked_key, delivery_tag)
@@ -256,29 +239,24 @@ class QoS(kombu_redis.QoS):
     def restore_by_tag(self, tag: Any, client: Any = None, leftmost: bool = False) -> None:
         """Put one message this channel holds back on its queue (a reject with requeue, the
         restore at close); kombu's transaction for a record in kombu's layout."""
-        member = self._members.get(bytes_to_str(tag))
-        if member is None:
+        entry = self.ledger.entry(bytes_to_str(tag))
+        if entry is None:
             super().restore_by_tag(tag, client, leftmost)
             return
         try:
             with self.channel.conn_or_acquire(client) as conn:
-                self.restore_member(conn, member, leftmost=leftmost)
+                self.restore_member(conn, entry.member, leftmost=leftmost)
         except RedisError:
             # Redis did not answer (paused, cut off): the record stays. Held by no channel
             # from now on, it is this process's heartbeat's to restore (Liveness.orphaned);
-            # kept in this channel's maps it would stay held for as long as the channel
+            # kept in this channel's ledger it would stay held for as long as the channel
             # lives (the soak saw two such events come back only when their worker died).
-            self._forget(bytes_to_str(tag))
-            self._delivered.pop(bytes_to_str(tag), None)
+            self.ledger.release(entry.tag)
+            self._delivered.pop(entry.tag, None)
             self.room_freed()
             _orphaned()
             raise
-        self._forget(bytes_to_str(tag))
-
-    def _forget(self, tag: str) -> None:
-        self._members.pop(tag, None)
-        self._settled.discard(tag)
-        HELD.release(tag, self)
+        self.ledger.release(entry.tag)
 
     def restore_unacked(self, client: Any = None) -> None:
         """Put this channel's unacknowledged messages back on their queues (on close).
@@ -302,8 +280,7 @@ class QoS(kombu_redis.QoS):
             self._delivered.clear()
             if live is not None:
                 live.orphaned = True
-        for tag in list(self._members):
-            self._forget(tag)
+        self.ledger.release_all()
 
     def restore_visible(self, start: int = 0, num: int | None = 10,
                         interval: int | None = None) -> None:

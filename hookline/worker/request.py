@@ -20,6 +20,12 @@ followed by a ``task-failed`` one, so Flower's last word is FAILURE like any dea
 size, ``hookline.transport.amqp``); a message published otherwise (a bare ``send_task`` from
 another Celery app, whose ``argsrepr`` holds the payload) is shown the same way, worked out
 here.
+
+The request also carries the message's entry in its channel's ledger
+(``hookline.transport.ledger``) from the consumer to the task, which reads it back with
+:func:`held_entry`: where the threads or solo pool run the task in the process that took the
+message. A prefork child gets None (an entry is its process's), as does any message without
+one (RabbitMQ, kombu's own layout).
 """
 
 from __future__ import annotations
@@ -29,14 +35,30 @@ from typing import Any
 from celery.worker.request import Request
 
 from hookline.core.messages import shown_keywords, shown_positional
+from hookline.transport.ledger import Entry, entry_of
 
 #: The start of a task result's text (``saferepr`` of the dict ``deliver`` returns), by the
 #: Flower event it stands for.
 _RETRIED = ("{'outcome': 'retry_scheduled'", "{'outcome': 'deferred'")
 _FAILED = "{'outcome': 'dead_lettered'"
+#: The message's ledger entry in the request the task gets (``self.request``).
+ENTRY_KEY = "hookline_entry"
+
+
+def held_entry(request: Any) -> Entry | None:
+    """The ledger entry of the message a task's ``request`` runs for, when this process took
+    it with a records-set member; else None."""
+    entry = getattr(request, ENTRY_KEY, None)
+    return entry if isinstance(entry, Entry) else None
 
 
 class TaskRequest(Request):
+    def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(message, *args, **kwargs)
+        entry = entry_of(message)
+        if entry is not None:
+            self._request_dict[ENTRY_KEY] = entry
+
     @property
     def argsrepr(self) -> str:
         if "hookline_event" in self._request_dict:  # published by Hookline: already shown

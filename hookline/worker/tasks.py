@@ -43,13 +43,13 @@ from hookline.delivery.fanout import expand
 from hookline.delivery.retries import dead_letter_unexpected
 from hookline.transport.face import broker_face
 from hookline.transport.liveness import process_liveness
-from hookline.transport.receipt import receipt_for, wait_for_share
 from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these)
 from hookline.worker.celery import app
 from hookline.worker.health import install as count_health
 from hookline.worker.held import HELD
 from hookline.worker.parking import ParkingTask, log_held
 from hookline.worker.reconciler import RUNNING
+from hookline.worker.request import held_entry
 
 count_health()  # every settled attempt of this process counts in endpoint health
 
@@ -113,12 +113,13 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
         return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
         DeliveryTask.engine = DeliveryEngine()
-    # The message's receipt, when this process consumed it and the broker is the gate's
-    # Redis: the transport folds the acknowledgement into the settle (one round trip less);
-    # Celery's ack after the task then sends nothing (hookline/transport/receipt.py).
-    tag = (getattr(self.request, "properties", None) or {}).get("delivery_tag")
-    receipt = receipt_for(tag) if face.receipts and tag else None
-    if receipt is not None and not receipt.still_ours():
+    # The message's entry in its channel's ledger, when this process consumed it from
+    # Hookline's Redis (hookline/transport/ledger.py). Where that is the gate's Redis the
+    # settle goes through it and acknowledges the message in the same step (one round trip
+    # less); Celery's ack after the task then sends nothing.
+    entry = held_entry(self.request)
+    settling = entry if face.receipts else None
+    if settling is not None and not settling.still_ours():
         log_event("delivery.fenced", level=logging.WARNING, endpoint_id=endpoint_id,
                   event_id=event_id, detail="taken before this worker was declared dead; "
                                             "another worker has it: not attempted here")
@@ -126,11 +127,11 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
     token = attempt_token()
     RUNNING.start(token, endpoint_id)  # before its admit: the reconciler's view (reconciler.py)
     try:
-        result = DeliveryTask.engine.attempt(request, token=token, receipt=receipt)
+        result = DeliveryTask.engine.attempt(request, token=token, entry=settling)
     finally:
         RUNNING.finish(token)
-    if (isinstance(result, Deferred) and result.reason == "capped" and tag
-            and wait_for_share(tag, endpoint_id)):
+    if (isinstance(result, Deferred) and result.reason == "capped" and entry is not None
+            and entry.wait_share(endpoint_id)):
         # Waits in its endpoint's list for a slot under the cap: no timer, no attempt used.
         return {"outcome": "waiting", "reason": "capped"}
     if isinstance(result, Deferred):  # not an attempt: the count stays

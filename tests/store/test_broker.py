@@ -8,6 +8,7 @@ import contextlib
 import json
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,9 +16,10 @@ import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
 from hookline.store.connection import load_script
+from hookline.store.gates import Gate, Receipt
 from hookline.store.keys import FAIR_WAITING_KEY, doorbell_key
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
-from hookline.transport.receipt import receipt_for
+from hookline.transport.ledger import Gone, entry_of
 from hookline.transport.records import (
     UNACKED_RECORDS_KEY,
     held_count,
@@ -440,33 +442,92 @@ def test_a_failed_hand_over_puts_the_rest_of_the_batch_back_at_once(private_redi
 
 
 def test_a_record_settled_with_its_delivery_is_acknowledged_without_a_command(private_redis):
-    """A delivered event's settle removes the message's member (its receipt, ``receipt_for``)
-    and tells the receipt so: the acknowledgement then sends nothing, and this process forgets
-    the tag; a settled message that is rejected with requeue is not pushed back (it was
-    delivered)."""
+    """A delivered event's settle, through the message's entry in its channel's ledger
+    (``entry_of``, as the worker's request reads it), removes the message's member: the entry
+    is settled, the acknowledgement then sends nothing, and the ledger lets the entry go; a
+    settled message that is rejected with requeue is not pushed back (it was delivered)."""
     url, client = private_redis
+    gate = Gate(redis.Redis.from_url(url, decode_responses=True))
     with connect_to(url) as conn:
         publish(conn, {"n": 1})
         publish(conn, {"n": 2})
         held = []
         with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
             drain_until(conn, lambda: len(held) == 2)
-            for message in held:
-                receipt = receipt_for(message.delivery_tag)
-                assert receipt is not None and receipt.settle_keys() == [UNACKED_RECORDS_KEY]
-                member, remove = receipt.settle_args("delivered")
-                assert remove == "1"
-                client.zrem(UNACKED_RECORDS_KEY, member)  # what settle.lua does when delivered
-                receipt.after_settle("delivered", fenced=False)
+            entries = [entry_of(message) for message in held]
+            for n, entry in enumerate(entries):
+                assert entry is not None and entry.held and entry.gone is None
+                assert entry.receipt == Receipt(UNACKED_RECORDS_KEY, entry.member)
+                assert client.zscore(UNACKED_RECORDS_KEY, entry.member) is not None
+                settlement = entry.settle(gate, "ep-1", f"evt-{n}", f"tok-{n}", "delivered")
+                assert not settlement.fenced and entry.gone is Gone.SETTLED
+                assert client.zscore(UNACKED_RECORDS_KEY, entry.member) is None
             client.config_resetstat()
             held[0].ack()
             calls = {name: int(v["calls"]) for name, v in
                      client.info("commandstats").items()}
             held[1].reject(requeue=True)
+            ledger = conn.default_channel.qos.ledger
+            assert list(ledger) == [] and ledger.entry("no-such-tag") is None
         assert set(calls) == {"cmdstat_config|resetstat"}, calls
         assert client.llen("broker-test") == 0 and no_unacked_record(client)
-        assert all(receipt_for(message.delivery_tag) is None for message in held)
-        assert receipt_for("no-such-tag") is None
+        assert all(entry_of(message) is None for message in held)
+        assert not any(entry.held for entry in entries if entry is not None)
+
+
+def test_an_outcome_for_a_restored_record_is_fenced_and_acknowledged_without_a_command(
+        private_redis):
+    """The member was restored to another worker while this one attempted: the settle
+    through the entry is refused (fenced), and the acknowledgement sends nothing."""
+    url, client = private_redis
+    gate = Gate(redis.Redis.from_url(url, decode_responses=True))
+    with connect_to(url) as conn:
+        publish(conn, {"n": 1})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            drain_until(conn, lambda: len(held) == 1)
+            entry = entry_of(held[0])
+            assert entry is not None
+            client.zrem(UNACKED_RECORDS_KEY, entry.member)  # restored elsewhere
+            assert entry.settle(gate, "ep-1", "evt-1", "tok-1", "delivered").fenced
+            assert entry.gone is Gone.FENCED
+            client.config_resetstat()
+            held[0].ack()
+            calls = {name: int(v["calls"]) for name, v in
+                     client.info("commandstats").items()}
+        assert set(calls) == {"cmdstat_config|resetstat"}, calls
+        assert not gate.is_delivered("ep-1", "evt-1")
+
+
+def test_the_workers_request_carries_the_messages_entry_to_its_task(private_redis):
+    """The worker's request (``TaskRequest``), made as the consumer receives a task message,
+    puts the message's ledger entry where the task's ``self.request`` reads it back
+    (``held_entry``); a message the ledger never took (a bare kombu message) gets none."""
+    from celery.app.task import Context
+
+    from hookline.worker.request import TaskRequest, held_entry
+
+    url, _ = private_redis
+    task = SimpleNamespace(ignore_result=True)
+    with connect_to(url) as conn:
+        Producer(conn.channel(), exchange=QUEUE.exchange, routing_key=QUEUE.routing_key,
+                 serializer="json").publish([[], {}, {}], declare=[QUEUE],
+                                            headers={"id": "t-1", "task": "hookline.deliver"})
+        held = []
+        with Consumer(conn, [QUEUE], callbacks=[lambda body, m: held.append(m)]):
+            drain_until(conn, lambda: held)
+            [message] = held
+            request = TaskRequest(message, hostname="t@h", task=task)
+            entry = held_entry(Context(request.request_dict))
+            assert entry is not None and entry is entry_of(message)
+            message.ack()
+            assert not entry.held
+        bare = SimpleNamespace(headers={"id": "t-2", "task": "hookline.deliver"}, body=([], {}, {}),
+                               payload=([], {}, {}), content_type="application/json",
+                               content_encoding="utf-8", delivery_info={}, properties={},
+                               delivery_tag="t-2", channel=conn.default_channel)
+        assert held_entry(Context(TaskRequest(bare, hostname="t@h", task=task,
+                                              decoded=True).request_dict)) is None
 
 
 def old_worker_holds(db: redis.Redis, tag: str, taken_at: float) -> None:

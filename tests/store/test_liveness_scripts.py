@@ -18,10 +18,9 @@ from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.connection import load_script
 from hookline.store.endpoints import EndpointRegistry
-from hookline.store.gates import Gate, Verdict
+from hookline.store.gates import Gate, Receipt, Verdict
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
 from hookline.transport.liveness import REGISTRY_KEYS, Liveness, registry
-from hookline.transport.receipt import RecordReceipt
 from hookline.transport.records import (
     UNACKED_RECORDS_KEY,
     member_owner,
@@ -181,13 +180,13 @@ def test_settle_refuses_an_outcome_whose_record_was_restored(endpoint):
     gate.admit(endpoint.id, "evt-1", "gone0001-1")
     client.zrem(UNACKED_RECORDS_KEY, member)  # restored to another worker
     settlement = gate.settle(endpoint.id, "evt-1", "gone0001-1", "delivered",
-                             receipt=RecordReceipt(UNACKED_RECORDS_KEY, member.encode()))
+                             receipt=Receipt(UNACKED_RECORDS_KEY, member.encode()))
     assert settlement.fenced
     assert not gate.is_delivered(endpoint.id, "evt-1")  # nothing written
     # With its record there, the same outcome is recorded (and acknowledged).
     client.zadd(UNACKED_RECORDS_KEY, {member: time.time()})
     settlement = gate.settle(endpoint.id, "evt-1", "gone0001-1", "delivered",
-                             receipt=RecordReceipt(UNACKED_RECORDS_KEY, member.encode()))
+                             receipt=Receipt(UNACKED_RECORDS_KEY, member.encode()))
     assert not settlement.fenced and gate.is_delivered(endpoint.id, "evt-1")
     assert client.zscore(UNACKED_RECORDS_KEY, member) is None
 

@@ -9,6 +9,7 @@ tests/integration/test_host_projects.py.)"""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
@@ -188,7 +189,7 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     upward = [f"{module} ({LAYERS[layer_of(module)][0]}) imports {other} "
               f"({LAYERS[layer_of(other)][0]})"
               for module, imported in import_graph().items() for other in imported
-              if other != "hookline" and layer_of(other) > layer_of(module)]
+              if layer_of(other) > layer_of(module)]
     assert upward == []
 
 
@@ -237,6 +238,40 @@ def test_tests_never_import_the_benchmarks() -> None:
                      for name in set(_imports(path, type_checking=True))
                      if _within(name, "bench"))
     assert leaning == []
+
+
+def test_the_store_never_reaches_into_the_transport() -> None:
+    """The transport settles through the store, never the other way: no store module imports
+    the transport (not even for the type checker), and the gate's receipt is plain data, on
+    which the gate calls nothing (it reads its fields; the transport reads the settlement)."""
+    reaching = sorted(f"{module} imports {name}" for module, path in MODULES.items()
+                      if _within(module, "hookline.store")
+                      for name in set(_imports(path, type_checking=True))
+                      if _within(name, "hookline.transport"))
+    assert reaching == []
+    tree = ast.parse(MODULES["hookline.store.gates"].read_text())
+    [receipt] = [node for node in tree.body
+                 if isinstance(node, ast.ClassDef) and node.name == "Receipt"]
+    assert [ast.unparse(decorator) for decorator in receipt.decorator_list] == [
+        "dataclass(frozen=True)"]
+    assert not [node.name for node in receipt.body if isinstance(node, ast.FunctionDef)]
+    calls = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute)
+             and isinstance(node.func.value, ast.Name) and node.func.value.id == "receipt"]
+    assert calls == []
+
+
+#: What a process held for a message lived in these maps, registries and callbacks before the
+#: transport's ledger (hookline/transport/ledger.py) kept it in one object.
+LEDGER_ONLY = re.compile(r"\b(_recorded|_members|_settled|HeldMessages|receipt_for|"
+                         r"RecordReceipt|mark_settled|after_settle|wait_for_share)\b")
+
+
+def test_held_messages_are_kept_in_the_ledger_alone() -> None:
+    found = sorted(f"{module}: {match.group(0)}" for module, path in MODULES.items()
+                   if module.startswith("hookline")
+                   for match in LEDGER_ONLY.finditer(path.read_text()))
+    assert found == []
 
 
 def test_stores_never_import_each_other() -> None:

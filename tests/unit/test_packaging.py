@@ -61,3 +61,10 @@ def test_the_license_file_is_the_declared_license() -> None:
     assert (ROOT / "hookline" / "py.typed").exists()
     assert any(url for url in PROJECT["urls"].values())
     assert "Typing :: Typed" in PROJECT["classifiers"]
+
+
+def test_the_package_version_is_the_declared_one() -> None:
+    import hookline
+    from hookline.core.version import __version__
+
+    assert hookline.__version__ == __version__ == PROJECT["version"]
