@@ -24,8 +24,7 @@ from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.endpoints import registered_ids
-
-_RECONCILE = store.load_script("reconcile_leases")
+from hookline.store.lua import RECONCILE_LEASES
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class Leases:
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
-        self._reconcile = self.redis.register_script(_RECONCILE)
+        self._reconcile = RECONCILE_LEASES.register(self.redis)
 
     def counted(self) -> list[str]:
         """The endpoints whose count says something is in flight: the ones a sweep looks at
@@ -74,10 +73,10 @@ class Leases:
         """Drop the leases that ran out and those in ``drop`` (tokens no live process holds),
         mend the endpoint's count, and wake a consumer when deliveries wait for its share and
         it has room now."""
-        doorbell = ([keys.doorbell_key(DELIVERY_QUEUE)] if settings().broker_is_state else [])
+        doorbell = keys.doorbell_key(DELIVERY_QUEUE) if settings().broker_is_state else None
         before, after = self._reconcile(
-            keys=[keys.leases_key(endpoint_id), keys.endpoint_key(endpoint_id), *doorbell],
-            args=list(drop))
+            leases=keys.leases_key(endpoint_id), endpoint=keys.endpoint_key(endpoint_id),
+            doorbell=doorbell, tokens=list(drop))
         return Mended(endpoint_id, int(before), int(after))
 
 

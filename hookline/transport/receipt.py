@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from kombu.utils.json import dumps, loads
 
-from hookline.store.connection import load_script
 from hookline.store.keys import (
     FAIR_WAITING_KEY,
     doorbell_key,
@@ -34,12 +33,11 @@ from hookline.store.keys import (
     fair_waiting_key,
     leases_key,
 )
+from hookline.transport.lua import WAIT_SHARE
 from hookline.transport.records import member_owner, parse_member
 
 if TYPE_CHECKING:
     from hookline.transport.unacked import QoS
-
-_WAIT_SHARE = load_script("wait_share")
 
 
 class HeldMessages:
@@ -68,7 +66,7 @@ HELD = HeldMessages()
 class RecordReceipt:
     """What acknowledges one held message: its member in the unacked records set
     ``records_key``. Meets ``hookline.store.gates.Receipt``: settle.lua takes the set as its
-    KEYS[5] and the member and whether to remove it as ARGV[19] and ARGV[20].
+    ``records`` and the member and whether to remove it as ``member`` and ``acknowledge``.
 
     ``delivery_tag``: the message's tag in this process ('' for a receipt made by hand, as
     tests do: then nothing is told to a channel)."""
@@ -155,10 +153,10 @@ def wait_for_share(delivery_tag: Any, endpoint_id: str) -> bool:
     payload["properties"]["delivery_tag"] = uuid.uuid4().hex
     entry = f"{channel._q_for_pri(queues[0], priority)}\n{dumps(payload)}"
     with channel.conn_or_acquire() as client:
-        client.eval(_WAIT_SHARE, 6, qos.records_key, fair_waiting_key(endpoint_id),
-                    FAIR_WAITING_KEY, endpoint_key(endpoint_id),
-                    doorbell_key(queues[0]), leases_key(endpoint_id), member, entry,
-                    endpoint_id)
+        WAIT_SHARE.run(client, records=qos.records_key, waiting=fair_waiting_key(endpoint_id),
+                       waiting_set=FAIR_WAITING_KEY, endpoint=endpoint_key(endpoint_id),
+                       doorbell=doorbell_key(queues[0]), leases=leases_key(endpoint_id),
+                       member=member, entry=entry, endpoint_id=endpoint_id)
     # moved, or gone (restored elsewhere): nothing left to acknowledge, not parked here
     qos.mark_settled(delivery_tag)
     return True

@@ -38,44 +38,58 @@
 -- no worker. A call that leaves deliveries waiting for their shares and lets its caller block
 -- sets the endpoints' 'wake' flag; settle.lua then rings the doorbell ('w') when such an
 -- endpoint finishes an attempt, so they go as soon as it is back under its share.
--- KEYS[1]      the unacked records (sorted set: owner + tag + record -> time taken)
--- KEYS[2..6]   the retry schedule: due, messages, meta, counts, wake (see park.lua)
--- KEYS[7]      hookline:fair:waiting, the set of endpoints with waiting deliveries
--- KEYS[8..7+Q] the queues' lists, in the order to try them (kombu's priority and fair cycle);
---              Q = ARGV[6]
--- KEYS[8+Q..7+2Q]  the doorbell of each of those lists' queue, in the same order (a queue's
---              priority lists share one): a list of wake-up tokens, one pushed with every
---              message; idle consumers block on their queues' doorbells (one token wakes one
---              consumer). Emptied here when every queue is empty, so a token left there is
---              for a message pushed after this call; a queue's is trimmed to 1,000 on about
---              every 16th message taken from it (producers push, nobody pops while every
---              consumer is busy).
--- KEYS[8+2Q...] per endpoint of ARGV[12...], in that order: its hash (hookline:{ep}:endpoint:
---              breaker, pause, inflight, max_in_flight, waiting), its schedule index
---              (hookline:{schedule}:by_endpoint:<ep>), its waiting list
---              (hookline:fair:waiting:<ep>) and its leases (hookline:{ep}:leases: an
---              endpoint counted in flight has its leases that ran out pruned and its count
---              mended, piece_leases.lua)
--- ARGV[1]      now, in the worker's clock (kombu's restore sweep compares with that clock)
--- ARGV[2]      '1' to park held endpoints' deliveries here (and share the slots), '0' not to
--- ARGV[3]      most retries scheduled in all;  ARGV[4]  most for one endpoint
--- ARGV[5]      most deliveries to park or to set waiting in one call
--- ARGV[6]      Q, how many queue lists follow the schedule keys
--- ARGV[7]      most messages to take in this call (the consumer's free prefetch slots): a
---              consumer behind a backlog takes several per round trip
--- ARGV[8]      the consuming process's liveness token, written at the head of each record
---              ('' for none: hookline/transport/liveness.py)
--- ARGV[9]      slots of all live workers (0: no fair shares)
--- ARGV[10]     an endpoint holding more than this many leaves half the slots to the queue
---              behind it (0: never)
--- ARGV[11]     '1' to look for waiting deliveries of every endpoint (the consumer was told of
---              some), '0' to look only at the endpoints met
--- ARGV[12]     the default max age, seconds: a delivery held behind a failing endpoint (open
---              breaker, probe, Retry-After block; not a pause) since longer than its
---              endpoint's max age (retry_policy, else this) is not parked but taken, and the
---              worker dead-letters it as expired (its header hookline_since: first attempted,
---              else published, Unix seconds)
--- ARGV[13...]  endpoint ids whose keys follow the doorbells (only with ARGV[2] '1')
+-- KEYS[1]        records           the unacked records (sorted set: owner + tag + record ->
+--                                   time taken, piece_unacked.lua)
+-- KEYS[2]        due               the retry schedule (see park.lua): due
+-- KEYS[3]        messages          its messages
+-- KEYS[4]        meta              its meta
+-- KEYS[5]        counts            its counts
+-- KEYS[6]        wake              its wake list
+-- KEYS[7]        waiting_set       hookline:fair:waiting, the set of endpoints with waiting
+--                                   deliveries
+-- KEYS[8...]     *queues           the queues' lists, in the order to try them (kombu's
+--                                   priority and fair cycle): Q = ARGV[6] of them
+-- KEYS[8+Q...]   *doorbells        the doorbell of each of those lists' queue, in the same
+--                                   order (a queue's priority lists share one): emptied here
+--                                   when every queue is empty, trimmed to 1,000 now and then
+--                                   (piece_queues.lua)
+-- KEYS[8+2Q...]  *endpoint_keys    per endpoint of ARGV[13...], in that order: its hash
+--                                   (hookline:{ep}:endpoint: breaker, pause, inflight,
+--                                   max_in_flight, waiting), its schedule index
+--                                   (hookline:{schedule}:by_endpoint:<ep>), its waiting list
+--                                   (hookline:fair:waiting:<ep>) and its leases
+--                                   (hookline:{ep}:leases: an endpoint counted in flight has
+--                                   its leases that ran out pruned and its count mended,
+--                                   piece_leases.lua)
+-- ARGV[1]        now               now, in the worker's clock (kombu's restore sweep compares
+--                                   with that clock)
+-- ARGV[2]        park_held         '1' to park held endpoints' deliveries here (and share the
+--                                   slots), '0' not to
+-- ARGV[3]        max_total         most retries scheduled in all
+-- ARGV[4]        max_per_endpoint  most retries scheduled for one endpoint
+-- ARGV[5]        budget            most deliveries to park or to set waiting in one call
+-- ARGV[6]        queue_count       Q, how many queue lists follow the schedule keys
+-- ARGV[7]        most              most messages to take in this call (the consumer's free
+--                                   prefetch slots): a consumer behind a backlog takes several
+--                                   per round trip
+-- ARGV[8]        owner             the consuming process's liveness token, written at the
+--                                   head of each record ('' for none:
+--                                   hookline/transport/liveness.py)
+-- ARGV[9]        slots             slots of all live workers (0: no fair shares)
+-- ARGV[10]       dig_above         an endpoint holding more than this many leaves half the
+--                                   slots to the queue behind it (0: never)
+-- ARGV[11]       look_all          '1' to look for waiting deliveries of every endpoint (the
+--                                   consumer was told of some), '0' to look only at the
+--                                   endpoints met
+-- ARGV[12]       max_age           the default max age, seconds: a delivery held behind a
+--                                   failing endpoint (open breaker, probe, Retry-After block;
+--                                   not a pause) since longer than its endpoint's max age
+--                                   (retry_policy, else this) is not parked but taken, and the
+--                                   worker dead-letters it as expired (its header
+--                                   hookline_since: first attempted, else published, Unix
+--                                   seconds)
+-- ARGV[13...]    *endpoints        endpoint ids whose keys follow the doorbells (only with
+--                                   ARGV[2] '1')
 -- Returns      {kind, waiting, ...}: waiting is '1' when deliveries wait for their share
 --              after this call, else '0'; then by kind:
 --              {'message', w, n, list key, unacked member, ... (n pairs), parked...} for the n
