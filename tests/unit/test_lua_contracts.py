@@ -139,6 +139,15 @@ def test_every_include_is_composed(name: str) -> None:
     assert not re.search(r"^--#include", text, re.MULTILINE), name
 
 
+def test_consume_is_one_script_of_pieces_one_per_concern() -> None:
+    text = CONTRACTS["consume"].text()
+    for piece in ("piece_queues", "piece_unacked", "piece_lines", "piece_holding",
+                  "piece_shares", "piece_held", "piece_park", "piece_order", "piece_leases"):
+        assert f"-- >>> {piece}.lua" in text, piece
+    own = FILES["consume.lua"][1].read_text()
+    assert len(own.splitlines()) < 400
+
+
 # -- a contract builds the call ---------------------------------------------------------------
 
 SAMPLE = Contract("sample", keys="record leases doorbell? *indexes",
