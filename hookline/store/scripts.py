@@ -99,6 +99,15 @@ def parse_names(spec: str) -> tuple[Name, ...]:
     return tuple(names)
 
 
+def _plan(names: tuple[Name, ...]) -> tuple[tuple[str, ...], tuple[Name, ...]]:
+    """``names`` as the names of the leading required ones (each value taken as it is: the
+    quick way for the scripts a delivery runs every time) and the others."""
+    plain = 0
+    while plain < len(names) and not (names[plain].optional or names[plain].variadic):
+        plain += 1
+    return tuple(name.name for name in names[:plain]), names[plain:]
+
+
 class Contract:
     """What one script takes: the names of its KEYS and of its ARGV, in order.
 
@@ -117,6 +126,9 @@ class Contract:
         if len(set(every)) != len(every):
             raise ValueError(f"{script}.lua: a name twice among {every}")
         self._names = frozenset(every)
+        #: Per KEYS and ARGV: the leading plain names (one required value each), then the rest.
+        self._key_plan = _plan(self.keys)
+        self._arg_plan = _plan(self.args)
 
     def __repr__(self) -> str:
         return (f"Contract({self.script!r}, keys={' '.join(map(str, self.keys))!r}, "
@@ -136,15 +148,25 @@ class Contract:
         TypeError for a required name missing (a variadic one included: give ``[]``), a
         name the script does not take, or a value after an optional name left out (None or
         not given): it would take that one's place."""
-        if not self._names.issuperset(named):
+        keys, used = self._values(self._key_plan, named)
+        args, also = self._values(self._arg_plan, named)
+        if used + also != len(named):
             unknown = sorted(set(named) - self._names)
             raise TypeError(f"{self.script}.lua takes no {', '.join(unknown)}")
-        return self._values(self.keys, named), self._values(self.args, named)
+        return keys, args
 
-    def _values(self, names: tuple[Name, ...], named: dict[str, Any]) -> list[Any]:
-        values: list[Any] = []
+    def _values(self, plan: tuple[tuple[str, ...], tuple[Name, ...]], named: dict[str, Any]
+                ) -> tuple[list[Any], int]:
+        """The values of one plan (:func:`_plan`), and how many of ``named`` it used."""
+        plain, rest = plan
+        try:
+            values = [named[name] for name in plain]
+        except KeyError as exc:
+            raise TypeError(f"{self.script}.lua needs {exc.args[0]}") from None
+        used = len(plain)
         left_out = None
-        for name in names:
+        for name in rest:
+            used += name.name in named
             value = named.get(name.name)
             if value is None:
                 if not name.optional:
@@ -156,7 +178,7 @@ class Contract:
                 values.extend(value)
             else:
                 values.append(value)
-        return values
+        return values, used
 
     def register(self, client: Any) -> Script:
         """The script registered on ``client`` (redis-py's ``register_script``)."""
