@@ -202,10 +202,11 @@ class Script:
         self.contract = contract
         self.registered = client.register_script(contract.text())
 
-    def __call__(self, pipe: Any = None, /, **named: Any) -> Any:
-        """Run it with ``named``, on the client it is registered on or in ``pipe``."""
+    def __call__(self, client: Any = None, /, **named: Any) -> Any:
+        """Run it with ``named`` on ``client`` (a pipeline, or another client of the same
+        Redis), by default on the one it is registered on."""
         keys, args = self.contract.keys_and_args(**named)
-        return self.registered(keys=keys, args=args, client=pipe)
+        return self.registered(keys=keys, args=args, client=client)
 
     def call(self, **named: Any) -> Any:
         """Run it with ``named`` the quick way (``call_script``: the scripts a delivery runs
