@@ -148,6 +148,23 @@ def test_consume_is_one_script_of_pieces_one_per_concern() -> None:
     assert len(own.splitlines()) < 400
 
 
+#: Where scripts run: the store and the transport, and the batch publish of prepared events
+#: (the outbox's relay), which pipelines the transport's claim_push.lua.
+RUNS_SCRIPTS = ("store/", "transport/", "delivery/prepared.py")
+#: What running a script looks like in a module.
+RUNNING = re.compile(r"register_script|\.evalsha\(|\.eval\(|load_script|"
+                     r"hookline\.(?:store|transport)\.lua\b|hookline\.store\.scripts\b")
+
+
+def test_no_layer_above_the_transport_runs_a_script_itself() -> None:
+    """The service layer (and the worker, the faces) asks the store, which runs the script."""
+    package = Path(store_scripts.__file__).parents[2]
+    running = [str(path.relative_to(package)) for path in sorted(package.rglob("*.py"))
+               if RUNNING.search(path.read_text())
+               and not str(path.relative_to(package)).startswith(RUNS_SCRIPTS)]
+    assert running == []
+
+
 # -- a contract builds the call ---------------------------------------------------------------
 
 SAMPLE = Contract("sample", keys="record leases doorbell? *indexes",
