@@ -26,7 +26,6 @@ Prints a markdown table and writes ``bench/results/budget.json``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -42,6 +41,7 @@ import psutil
 import redis
 
 from bench.common import FastReceiver, bench_environment, machine, private_redis, run_bench
+from bench.monitor import script_names
 from bench.redis_cost import Contender
 
 RESULTS = Path(__file__).resolve().parent / "results" / "budget.json"
@@ -131,18 +131,6 @@ def read_samples(path: Path) -> tuple[Counter[str], Counter[str]]:
             if stage == OTHER:
                 unplaced[" < ".join(reversed(stack.split(";")[-3:]))] += int(count)
     return found, unplaced
-
-
-def script_names() -> dict[str, str]:
-    """SHA1 -> script name for Hookline's Lua scripts."""
-    from hookline.store import connection
-
-    names = {}
-    for path in Path(connection.__file__).parent.joinpath("lua").glob("*.lua"):
-        if not path.stem.startswith("piece_"):
-            text = connection.load_script(path.stem)
-            names[hashlib.sha1(text.encode()).hexdigest()] = path.stem
-    return names
 
 
 def redis_commands(client: redis.Redis, scripts: dict[str, str]) -> Counter[str]:

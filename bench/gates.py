@@ -36,7 +36,7 @@ from typing import Any
 import redis
 from redis._parsers.helpers import parse_info
 
-from bench.common import ROOT, FastReceiver, RedisServer, Worker, machine, run_bench
+from bench.common import FastReceiver, RedisServer, Worker, machine, run_bench
 from bench.monitor import CommandMonitor, script_names, transaction
 from bench.report import METHOD, findings, report
 
@@ -83,7 +83,7 @@ def run_batch(bench: Bench, mode: str, prefix: str, count: int,
 
 def measure_commands(bench: Bench, state_url: str, events: int) -> dict[str, Any]:
     """Part 1: Redis commands on the state Redis per first-attempt delivery."""
-    scripts = script_names(ROOT / "hookline" / "store" / "lua")
+    scripts = script_names()
     monitor = CommandMonitor(state_url, bench.control, scripts)
     try:
         monitor.wait_quiet(GATE_COMMANDS)  # the warm-up's last settles

@@ -6,14 +6,12 @@ cannot tell round trips from script work; MONITOR shows script commands as ``[0 
 
 from __future__ import annotations
 
-import hashlib
 import re
 import threading
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -22,13 +20,14 @@ _CONTAINERS = {"client", "config", "script", "function", "object", "memory", "co
 _LINE = re.compile(r'\[\d+ ([^\]]*)\] "((?:[^"\\]|\\.)*)"(?: "((?:[^"\\]|\\.)*)")?')
 
 
-def script_names(directory: Path) -> dict[str, str]:
-    """SHA1 -> script name for the Lua scripts in ``directory``, as EVALSHA names them: the
-    text Redis runs, with its ``--#include`` pieces composed (``load_script``)."""
-    from hookline.store.connection import load_script
+def script_names() -> dict[str, str]:
+    """SHA1 -> script name for Hookline's Lua scripts (the store's and the broker's), as
+    EVALSHA names them: the text Redis runs, with its ``--#include`` pieces composed."""
+    from hookline.store import lua as store_scripts
+    from hookline.transport import lua as broker_scripts
 
-    return {hashlib.sha1(load_script(path.stem).encode()).hexdigest(): path.stem
-            for path in sorted(directory.glob("*.lua")) if not path.stem.startswith("piece_")}
+    return {contract.sha: contract.script
+            for contract in (*store_scripts.CONTRACTS, *broker_scripts.CONTRACTS)}
 
 
 @dataclass(frozen=True)

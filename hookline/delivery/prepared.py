@@ -17,6 +17,7 @@ from hookline.store import connection as store
 from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claim_keys
 from hookline.store.keys import doorbell_key
 from hookline.transport.bounded import bounded
+from hookline.transport.lua import CLAIM_PUSH
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,12 @@ def enqueue_prepared_many(events: Sequence[PreparedEvent]) -> list[WebhookInputE
         return [refusal_of(partial(enqueue_prepared, event)) for event in events]
     app = celery_app()
     client = store.client()
-    script = client.register_script(store.load_script("claim_push"))
-    queue_keys = [DELIVERY_QUEUE, doorbell_key(DELIVERY_QUEUE)]
+    script = CLAIM_PUSH.register(client)
+    queue_keys = {"queue": DELIVERY_QUEUE, "doorbell": doorbell_key(DELIVERY_QUEUE)}
     pipe = client.pipeline(transaction=False)
     for event in events:
-        script(keys=[*claim_keys(event.endpoint_id, event.event_id), *queue_keys],
-               args=[event.digest, config.record_ttl, _message(app, event)], client=pipe)
+        script(pipe, **claim_keys(event.endpoint_id, event.event_id), **queue_keys,
+               digest=event.digest, record_ttl=config.record_ttl, message=_message(app, event))
     verdicts = pipe.execute()
     return [refusal_of(partial(raise_refused, Claim(_text(verdict)), event.endpoint_id,
                              event.event_id))

@@ -31,11 +31,9 @@ from hookline.core.endpoint import Endpoint
 from hookline.service.actor import Actor
 from hookline.service.endpoints import require_endpoint
 from hookline.service.pages import bounded_limit
-from hookline.store import connection as store
-from hookline.store import keys
 from hookline.store.deadletter import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import ordered_ids
-from hookline.store.ordering import KeyLine, LineCounts, OrderLines
+from hookline.store.ordering import KeyLine, LineCounts, OrderLines, endpoint_hold
 from hookline.store.schedule import RetrySchedule
 
 #: Keys of each ordered endpoint whose heads are looked for in the dead-letter queue, for its
@@ -132,16 +130,6 @@ def where_head_waits(letter: DeadLetter | None, due: float | None, hold: str,
     return "scheduled", "", due, "in the retry schedule: waiting for its retry"
 
 
-def _endpoint_hold(client: Any, endpoint_id: str) -> tuple[str, float | None]:
-    """The endpoint's hold by the rule admit.lua applies (hold.lua), and when it ends (Unix
-    seconds of Redis time; None for a pause, which lasts until resumed)."""
-    why, wait_ms, _ = client.register_script(store.load_script("hold"))(
-        keys=[keys.breaker_key(endpoint_id)])
-    if not why or why == "paused":
-        return why or "", None
-    return why, store.redis_time(client) + int(wait_ms) / 1000.0
-
-
 def _explained(client: Any, endpoint: Endpoint, lines: list[KeyLine]) -> list[KeyLineView]:
     """``lines`` with why each head waits: its dead letter, its due time in the schedule and
     the endpoint's hold, each read once for all of them."""
@@ -150,7 +138,7 @@ def _explained(client: Any, endpoint: Endpoint, lines: list[KeyLine]) -> list[Ke
     ids = [f"{endpoint.id}/{line.head_event}" for line in lines]
     letters = DeadLetterQueue(client).get_many(ids)
     dues = client.zmscore(RetrySchedule(client).shard_of(endpoint.id).due, ids)
-    hold, hold_ends = _endpoint_hold(client, endpoint.id)
+    hold, hold_ends = endpoint_hold(client, endpoint.id)
     return [KeyLineView(line.key, line.head_event, line.head_sequence, line.waiting,
                         *where_head_waits(letters.get(entry_id),
                                           None if due is None else due / 1000.0, hold,

@@ -1,4 +1,5 @@
-"""The Redis connection, the Lua script loader and the doorbell (key names: ``keys.py``).
+"""The Redis connection and the doorbell (key names: ``keys.py``; the Lua scripts:
+``scripts.py``).
 
 Every key an endpoint owns carries the endpoint id as a hash tag (``hookline:{ep_1}:...``), so a
 Lua script that touches one endpoint's keys stays in one Redis Cluster slot.
@@ -6,12 +7,9 @@ Lua script that touches one endpoint's keys stays in one Redis Cluster slot.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import threading
 import weakref
-from importlib import resources
 from typing import Any
 
 import redis
@@ -164,31 +162,3 @@ def client() -> redis.Redis:
                           **bounded_options()),
             )
         return _client[2]
-
-
-#: A line ``--#include piece_<name>.lua`` in a script is replaced by that piece's text.
-_INCLUDE = re.compile(r"^--#include[ \t]+(\S+)[ \t]*$", re.MULTILINE)
-
-
-@functools.cache
-def load_script(name: str) -> str:
-    """The text of ``hookline/store/lua/<name>.lua``, composed: every ``--#include <piece>``
-    line is replaced by the text of ``hookline/store/lua/<piece>`` (its own includes composed
-    too; a piece included twice is only written once). The pieces hold the rules several
-    scripts share (``piece_held.lua``: whether an endpoint is held, used by admit and consume;
-    ``piece_park.lua``: parking with the caps, counts and the per-endpoint index, used by park,
-    consume, release and unpark; ``piece_clock.lua``: Redis time)."""
-    return _compose(f"{name}.lua", set())
-
-
-def _compose(filename: str, included: set[str]) -> str:
-    text = resources.files("hookline.store.lua").joinpath(filename).read_text(encoding="utf-8")
-
-    def include(match: re.Match[str]) -> str:
-        piece = match.group(1)
-        if piece in included:
-            return f"-- ({piece}: included above)"
-        included.add(piece)
-        return f"-- >>> {piece}\n{_compose(piece, included).rstrip()}\n-- <<< {piece}"
-
-    return _INCLUDE.sub(include, text)

@@ -45,6 +45,7 @@ from hookline.store import connection as store
 from hookline.store import disabled, health, keys
 from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
+from hookline.store.lua import ADD_ENDPOINT, PAUSE_ENDPOINT, SAVE_ENDPOINT
 
 #: Names given as a comma-separated string or a sequence (event filters, channels).
 Names = str | Sequence[str] | None
@@ -129,9 +130,9 @@ class EndpointRegistry:
             self.redis.sadd(keys.app_endpoints_key(app), endpoint_id)
         if endpoint.ordered:
             self.redis.sadd(keys.ORDERED_ENDPOINTS, endpoint_id)
-        script = self.redis.register_script(store.load_script("add_endpoint"))
         flat = [item for pair in endpoint.to_hash().items() for item in pair]
-        if not script(keys=[keys.endpoint_key(endpoint_id)], args=flat):
+        if not ADD_ENDPOINT.run(self.redis, endpoint=keys.endpoint_key(endpoint_id),
+                                fields=flat):
             if endpoint.ordered and self.redis.hget(keys.endpoint_key(endpoint_id),
                                                     "ordered") != "1":
                 self.redis.srem(keys.ORDERED_ENDPOINTS, endpoint_id)
@@ -381,9 +382,9 @@ class EndpointRegistry:
         return self.require(endpoint_id), since, int(reply[2])
 
     def _pause_script(self, action: str, endpoint_id: str) -> tuple[Any, ...]:
-        script = self.redis.register_script(store.load_script("pause_endpoint"))
-        reply = script(keys=[keys.endpoint_key(endpoint_id), keys.breaker_key(endpoint_id)],
-                       args=[action, PAUSES_KEPT])
+        reply = PAUSE_ENDPOINT.run(self.redis, endpoint=keys.endpoint_key(endpoint_id),
+                                   breaker=keys.breaker_key(endpoint_id), action=action,
+                                   kept=PAUSES_KEPT)
         if reply[0] == "missing":
             raise UnknownEndpoint(endpoint_id)
         return tuple(reply)
@@ -406,10 +407,9 @@ class EndpointRegistry:
     def _save(self, endpoint: Endpoint) -> Endpoint:
         key = keys.endpoint_key(endpoint.id)
         # Only fields of an endpoint that still exists: a concurrent remove wins.
-        script = self.redis.register_script(store.load_script("save_endpoint"))
         mapping = endpoint.to_hash()
         flat = [item for pair in mapping.items() for item in pair]
-        if not script(keys=[key], args=flat):
+        if not SAVE_ENDPOINT.run(self.redis, endpoint=key, fields=flat):
             raise UnknownEndpoint(endpoint.id)
         return endpoint
 

@@ -43,6 +43,7 @@ from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store import connection as store
 from hookline.store.keys import endpoint_shard, shard_tags
+from hookline.store.lua import LOG_EVENT
 
 #: The statuses, by the letter a row stores.
 STATUS_LETTERS = {"delivered": "d", "retrying": "r", "held": "h", "dead": "x"}
@@ -154,7 +155,7 @@ class EventLog:
     def __init__(self, redis_client: Any = None, *, shards: int | None = None) -> None:
         self.redis: Any = redis_client or store.client()
         self.shards = log_shards(shards or settings().state_shards)
-        self._script = self.redis.register_script(store.load_script("log_event"))
+        self._script = LOG_EVENT.register(self.redis)
 
     def shard_of(self, endpoint_id: str) -> LogShard:
         return self.shards[endpoint_shard(endpoint_id, len(self.shards))]
@@ -171,11 +172,13 @@ class EventLog:
         endpoint_id, event_id = log_text(endpoint_id), log_text(event_id)
         event_type = log_text(event_type)
         shard_prefix = self.inline_prefix(endpoint_id)
-        args: list[str | int] = ["row", endpoint_prefix(endpoint_id), shard_prefix,
-                endpoint_id, event_id, STATUS_LETTERS[status], event_type,
-                -1 if attempts is None else attempts,
-                -1 if last_status is None else last_status, at_ms, age_ms, most]
-        reply = self._script(keys=[log_key(endpoint_id)], args=args)
+        reply = self._script(
+            slot=log_key(endpoint_id), mode="row", endpoint_prefix=endpoint_prefix(endpoint_id),
+            shard_prefix=shard_prefix, endpoint_id=endpoint_id, event_id=event_id,
+            letter=STATUS_LETTERS[status], event_type=event_type,
+            attempts=-1 if attempts is None else attempts,
+            status=-1 if last_status is None else last_status, now=at_ms, age_ms=age_ms,
+            most_rows=most)
         if not shard_prefix:
             self.index(endpoint_id, event_id, status, str(reply[0]), int(reply[1]),
                        previous=(reply[2], reply[3]))
@@ -191,10 +194,12 @@ class EventLog:
         age_ms, most = log_args()
         pipe = self.redis.pipeline(transaction=False)
         for endpoint_id, event_id, event_type in deliveries:
-            self._script(keys=[log_key(endpoint_id)], client=pipe, args=[
-                "row", endpoint_prefix(endpoint_id), self.inline_prefix(endpoint_id),
-                endpoint_id, event_id, STATUS_LETTERS["held"], event_type, -1, -1, 0,
-                age_ms, most])
+            self._script(
+                pipe, slot=log_key(endpoint_id), mode="row",
+                endpoint_prefix=endpoint_prefix(endpoint_id),
+                shard_prefix=self.inline_prefix(endpoint_id), endpoint_id=endpoint_id,
+                event_id=event_id, letter=STATUS_LETTERS["held"], event_type=event_type,
+                attempts=-1, status=-1, now=0, age_ms=age_ms, most_rows=most)
         pipe.execute()
 
     def record_dead(self, entries: Sequence[Any], *, pipe: Any = None) -> None:
@@ -208,11 +213,13 @@ class EventLog:
             if pipe is not None and not settings().state_is_cluster:
                 age_ms, most = log_args()
                 endpoint_id = log_text(entry.endpoint_id)
-                self._script(keys=[log_key(endpoint_id)], client=pipe, args=[
-                    "row", endpoint_prefix(endpoint_id), self.inline_prefix(endpoint_id),
-                    endpoint_id, log_text(entry.event_id), STATUS_LETTERS["dead"],
-                    log_text(entry.event_type), entry.attempts, entry.last_status or 0, 0,
-                    age_ms, most])
+                self._script(
+                    pipe, slot=log_key(endpoint_id), mode="row",
+                    endpoint_prefix=endpoint_prefix(endpoint_id),
+                    shard_prefix=self.inline_prefix(endpoint_id), endpoint_id=endpoint_id,
+                    event_id=log_text(entry.event_id), letter=STATUS_LETTERS["dead"],
+                    event_type=log_text(entry.event_type), attempts=entry.attempts,
+                    status=entry.last_status or 0, now=0, age_ms=age_ms, most_rows=most)
             else:  # after the dead letter's own transaction: its failure is not the letter's
                 try:
                     self.record(entry.endpoint_id, entry.event_id, "dead",
@@ -243,6 +250,8 @@ class EventLog:
         (the letter and type the row script returned)."""
         shard = self.shard_of(endpoint_id)
         age_ms, most = log_args()
-        self._script(keys=[shard.types], args=[
-            "index", "", shard.prefix, endpoint_id, event_id, STATUS_LETTERS[status],
-            event_type, 0, 0, at_ms, age_ms, most, _text(previous[0]), _text(previous[1])])
+        self._script(
+            slot=shard.types, mode="index", endpoint_prefix="", shard_prefix=shard.prefix,
+            endpoint_id=endpoint_id, event_id=event_id, letter=STATUS_LETTERS[status],
+            event_type=event_type, attempts=0, status=0, now=at_ms, age_ms=age_ms,
+            most_rows=most, was_letter=_text(previous[0]), was_type=_text(previous[1]))

@@ -20,6 +20,7 @@ from typing import Any
 from hookline.core.config import settings
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.lua import ADVANCE_FANOUT, PUBLISH_EVENT, PUSH_FANOUT
 
 
 class Recorded(enum.StrEnum):
@@ -113,16 +114,17 @@ class FanoutLog:
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
-        self._record = self.redis.register_script(store.load_script("publish_event"))
-        self._advance = self.redis.register_script(store.load_script("advance_fanout"))
-        self._push = self.redis.register_script(store.load_script("push_fanout"))
+        self._record = PUBLISH_EVENT.register(self.redis)
+        self._advance = ADVANCE_FANOUT.register(self.redis)
+        self._push = PUSH_FANOUT.register(self.redis)
 
     def record(self, event: PublishedEvent, digest: str) -> Outcome:
         """Record ``event`` unless its id is taken (one round trip)."""
         flat = [item for pair in event.to_fields().items() for item in pair]
         reply = self._record(
-            keys=[keys.app_key(event.app_id), keys.published_key(event.app_id, event.event_id)],
-            args=[digest, settings().done_ttl, *flat])
+            app=keys.app_key(event.app_id),
+            published=keys.published_key(event.app_id, event.event_id), digest=digest,
+            ttl=settings().done_ttl, fields=flat)
         result = Recorded(reply[0])
         if result in (Recorded.SAME, Recorded.NEW):
             return Outcome(result, int(reply[1] or 0), int(reply[2] or 0))
@@ -138,8 +140,8 @@ class FanoutLog:
 
     def advance(self, app_id: str, event_id: str, cursor: int, total: int) -> int:
         """Record that the first ``cursor`` receivers' deliveries are enqueued."""
-        return int(self._advance(keys=[keys.published_key(app_id, event_id)],
-                                 args=[cursor, total, repr(time.time())]))
+        return int(self._advance(published=keys.published_key(app_id, event_id),
+                                 cursor=cursor, total=total, now=repr(time.time())))
 
     def push(self, app_id: str, event_id: str, cursor: int, total: int, messages: list[str],
              *, queue: str) -> int:
@@ -147,8 +149,9 @@ class FanoutLog:
         ``queue`` in this Redis and move the cursor past them, atomically, unless the cursor
         is no longer ``cursor``; returns the cursor now recorded."""
         return int(self._push(
-            keys=[keys.published_key(app_id, event_id), queue, keys.doorbell_key(queue)],
-            args=[cursor, total, repr(time.time()), *messages]))
+            published=keys.published_key(app_id, event_id), queue=queue,
+            doorbell=keys.doorbell_key(queue), cursor=cursor, total=total,
+            now=repr(time.time()), messages=messages))
 
     # -- fan-outs not known to be finished (keys.FANOUTS_PENDING_KEY) ----------------------
 

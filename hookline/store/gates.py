@@ -37,6 +37,7 @@ from hookline.store.history import (
     RECENT_ATTEMPTS,
     AttemptRecord,
 )
+from hookline.store.lua import ADMIT, RELEASE_DEAD, SETTLE
 
 
 class Verdict(enum.StrEnum):
@@ -144,9 +145,10 @@ def _observe(endpoint_id: str, event_id: str, record: AttemptRecord) -> None:
 _DELIVERY_DOORBELL = keys.doorbell_key(DELIVERY_QUEUE)
 
 
-def _keys(endpoint_id: str, event_id: str) -> list[str]:
+def _keys(endpoint_id: str, event_id: str) -> dict[str, str]:
     # The endpoint's hash holds its breaker, limiter and recent record too (keys.breaker_key).
-    return [keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id)]
+    return {"endpoint": keys.endpoint_key(endpoint_id),
+            "record": keys.delivery_key(endpoint_id, event_id)}
 
 
 class Gate:
@@ -159,8 +161,8 @@ class Gate:
     def __init__(self, redis_client: Any = None, *, doorbell: bool = True) -> None:
         self.redis: Any = redis_client or store.client()
         self.doorbell = doorbell
-        self._admit = self.redis.register_script(store.load_script("admit"))
-        self._settle = self.redis.register_script(store.load_script("settle"))
+        self._admit = ADMIT.register(self.redis)
+        self._settle = SETTLE.register(self.redis)
         self._release_dead: Any = None
         self._event_log: event_log.EventLog | None = None
 
@@ -182,35 +184,33 @@ class Gate:
         """Release the lease a dead process's attempt (its attempt tokens start with
         ``prefix``) holds on the event, giving back the endpoint's in-flight count."""
         if self._release_dead is None:
-            self._release_dead = self.redis.register_script(store.load_script("release_dead"))
+            self._release_dead = RELEASE_DEAD.register(self.redis)
         return bool(self._release_dead(
-            keys=[keys.delivery_key(endpoint_id, event_id), keys.endpoint_key(endpoint_id),
-                  keys.leases_key(endpoint_id)],
-            args=[prefix]))
+            record=keys.delivery_key(endpoint_id, event_id),
+            endpoint=keys.endpoint_key(endpoint_id), leases=keys.leases_key(endpoint_id),
+            prefix=prefix))
 
     def admit(self, endpoint_id: str, event_id: str, token: str, *, rate_slot: int = 0,
               digest: str = "", ordering_key: str | None = None) -> Admission:
         """Pass the gates or say why not. ``digest`` (``hookline.core.identity``) binds the
         event id to its content: another content under a bound id is ``CONFLICT``."""
         config = settings()
-        reply = store.call_script(
-            self._admit,
-            keys=[*_keys(endpoint_id, event_id), keys.done_key(endpoint_id, event_id),
-                  keys.digest_key(endpoint_id, event_id), keys.leases_key(endpoint_id),
-                  # an ordered key's line moves on a duplicate head (one slot otherwise)
-                  *([_DELIVERY_DOORBELL] if self.doorbell else [])],
-            args=[
-                token,
-                math.ceil(config.lease_seconds(0) * 1000),
-                config.max_unsettled_starts,
-                math.ceil(config.visibility_timeout * 4),
-                int(rate_slot or 0),
-                math.ceil(config.read_timeout * 1000),
-                digest,
-                config.record_ttl,
-                ordering_key or endpoint_id,
-                event_id,
-            ],
+        reply = self._admit.call(
+            **_keys(endpoint_id, event_id), old_done=keys.done_key(endpoint_id, event_id),
+            old_digest=keys.digest_key(endpoint_id, event_id),
+            leases=keys.leases_key(endpoint_id),
+            # an ordered key's line moves on a duplicate head (one slot otherwise)
+            doorbell=_DELIVERY_DOORBELL if self.doorbell else None,
+            token=token,
+            lease_ms=math.ceil(config.lease_seconds(0) * 1000),
+            max_starts=config.max_unsettled_starts,
+            starts_ttl=math.ceil(config.visibility_timeout * 4),
+            rate_slot=int(rate_slot or 0),
+            read_timeout_ms=math.ceil(config.read_timeout * 1000),
+            digest=digest,
+            record_ttl=config.record_ttl,
+            ordering_key=ordering_key or endpoint_id,
+            event_id=event_id,
         )
         verdict = Verdict(reply[0])
         if verdict is Verdict.ADMITTED:
@@ -273,41 +273,41 @@ class Gate:
         config = settings()
         age_ms, most = event_log.log_args()
         shard_prefix = event_log.inline_prefix(endpoint_id, config.state_shards)
-        reply = store.call_script(
-            self._settle,
-            keys=[*_keys(endpoint_id, event_id), keys.history_key(endpoint_id, event_id),
-                  keys.leases_key(endpoint_id),
-                  # the doorbell only where the broker is this Redis (one slot otherwise)
-                  _DELIVERY_DOORBELL if self.doorbell else keys.endpoint_key(endpoint_id),
-                  *([receipt.records_key] if receipt is not None else ())],
-            args=[
-                token,
-                outcome,
-                config.record_ttl,
-                reason,
-                math.ceil((retry_after or 0) * 1000),
-                config.breaker_threshold,
-                math.ceil(config.breaker_cooldown * 1000),
-                math.ceil(config.breaker_max_cooldown * 1000),
-                record.to_json() if record else "",
-                event_id,
-                OUTCOME_LETTERS.get(outcome, "?"),
-                "" if outcome == "delivered" or record is None else record.summary(),
-                config.history_attempts,
-                config.history_lifetime,
-                RECENT_ATTEMPTS,
-                digest,
-                int(now_ms or 0),
-                "1" if config.history_in_record else "0",
-                # the member (the fence), and '1' to remove it only for a delivered outcome:
-                # any other leaves the message to Celery's ack or reject
-                *((receipt.member, "1" if outcome == "delivered" else "0")
-                  if receipt is not None else ("", "")),
-                ordering_key or "",
-                event_log.endpoint_prefix(endpoint_id) if record is not None else "",
-                shard_prefix, endpoint_id, event_type, record.attempt if record else 0,
-                (record.status or 0) if record else 0, age_ms, most,
-            ],
+        # the member (the fence), and '1' to remove it only for a delivered outcome: any other
+        # leaves the message to Celery's ack or reject
+        records, member, acknowledge = ((receipt.records_key, receipt.member,
+                                         "1" if outcome == "delivered" else "0")
+                                        if receipt is not None else (None, "", ""))
+        reply = self._settle.call(
+            **_keys(endpoint_id, event_id), history=keys.history_key(endpoint_id, event_id),
+            leases=keys.leases_key(endpoint_id),
+            # the doorbell only where the broker is this Redis (one slot otherwise)
+            doorbell=_DELIVERY_DOORBELL if self.doorbell else keys.endpoint_key(endpoint_id),
+            records=records,
+            token=token,
+            outcome=outcome,
+            record_ttl=config.record_ttl,
+            reason=reason,
+            retry_after_ms=math.ceil((retry_after or 0) * 1000),
+            breaker_threshold=config.breaker_threshold,
+            cooldown_ms=math.ceil(config.breaker_cooldown * 1000),
+            max_cooldown_ms=math.ceil(config.breaker_max_cooldown * 1000),
+            attempt_record=record.to_json() if record else "",
+            event_id=event_id,
+            letter=OUTCOME_LETTERS.get(outcome, "?"),
+            last_error="" if outcome == "delivered" or record is None else record.summary(),
+            history_attempts=config.history_attempts,
+            history_ttl=config.history_lifetime,
+            recent_attempts=RECENT_ATTEMPTS,
+            digest=digest,
+            now_ms=int(now_ms or 0),
+            history_in_record="1" if config.history_in_record else "0",
+            member=member, acknowledge=acknowledge,
+            ordering_key=ordering_key or "",
+            log_prefix=event_log.endpoint_prefix(endpoint_id) if record is not None else "",
+            log_shard_prefix=shard_prefix, endpoint_id=endpoint_id, event_type=event_type,
+            attempt_number=record.attempt if record else 0,
+            status=(record.status or 0) if record else 0, log_age_ms=age_ms, log_rows=most,
         )
         held, transition, fenced = reply[:3]
         if record is not None and not fenced and not shard_prefix:

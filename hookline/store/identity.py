@@ -16,6 +16,7 @@ from typing import Any
 from hookline.core.config import settings
 from hookline.store import connection as store
 from hookline.store import keys
+from hookline.store.lua import CLAIM
 
 
 class Claim(enum.StrEnum):
@@ -43,10 +44,11 @@ class ClaimRefused(Exception):
         self.claim = claim
 
 
-def claim_keys(endpoint_id: str, event_id: str) -> list[str]:
-    """The keys claim.lua and claim_push.lua read and write first, in their order."""
-    return [keys.endpoint_key(endpoint_id), keys.delivery_key(endpoint_id, event_id),
-            keys.digest_key(endpoint_id, event_id)]
+def claim_keys(endpoint_id: str, event_id: str) -> dict[str, str]:
+    """The keys claim.lua and claim_push.lua read and write first, by their names."""
+    return {"endpoint": keys.endpoint_key(endpoint_id),
+            "record": keys.delivery_key(endpoint_id, event_id),
+            "old_digest": keys.digest_key(endpoint_id, event_id)}
 
 
 class EventClaims:
@@ -54,14 +56,14 @@ class EventClaims:
 
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
-        self._claim = self.redis.register_script(store.load_script("claim"))
+        self._claim = CLAIM.register(self.redis)
 
     def claim(self, endpoint_id: str, event_id: str, digest: str, *, bind: bool = True
               ) -> Claim:
         """One round trip: the endpoint exists, and ``event_id`` is free or bound to ``digest``
         (``bind``: bind a free id now; otherwise only check)."""
-        reply = self._claim(keys=claim_keys(endpoint_id, event_id),
-                            args=[digest, settings().record_ttl, "1" if bind else "0"])
+        reply = self._claim(**claim_keys(endpoint_id, event_id), digest=digest,
+                            record_ttl=settings().record_ttl, bind="1" if bind else "0")
         return Claim(reply)
 
 

@@ -23,8 +23,7 @@ from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.endpoints import registered_ids
-
-_RECONCILE = store.load_script("reconcile_leases")
+from hookline.store.lua import RECONCILE_LEASES
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,8 @@ class Leases:
 
     def __init__(self, redis_client: Any = None, *, doorbell: bool = True) -> None:
         self.redis: Any = redis_client or store.client()
-        self._doorbell = [keys.doorbell_key(DELIVERY_QUEUE)] if doorbell else []
-        self._reconcile = self.redis.register_script(_RECONCILE)
+        self._doorbell = keys.doorbell_key(DELIVERY_QUEUE) if doorbell else None
+        self._reconcile = RECONCILE_LEASES.register(self.redis)
 
     def counted(self) -> list[str]:
         """The endpoints whose count says something is in flight: the ones a sweep looks at
@@ -77,9 +76,8 @@ class Leases:
         mend the endpoint's count, and wake a consumer when deliveries wait for its share and
         it has room now."""
         before, after = self._reconcile(
-            keys=[keys.leases_key(endpoint_id), keys.endpoint_key(endpoint_id),
-                  *self._doorbell],
-            args=list(drop))
+            leases=keys.leases_key(endpoint_id), endpoint=keys.endpoint_key(endpoint_id),
+            doorbell=self._doorbell, tokens=list(drop))
         return Mended(endpoint_id, int(before), int(after))
 
 

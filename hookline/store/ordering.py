@@ -17,6 +17,7 @@ from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.endpoints import ordered_ids
+from hookline.store.lua import HOLD, ORDER
 
 #: Heads read per round trip when the lines are listed or released.
 _PAGE = 500
@@ -54,6 +55,16 @@ def _head(value: str) -> tuple[str, int]:
     return event, int(sequence or 0)
 
 
+def endpoint_hold(redis_client: Any, endpoint_id: str) -> tuple[str, float | None]:
+    """The endpoint's hold by the rule admit.lua applies (hold.lua: ``""`` when none,
+    ``paused``, ``breaker_open``, ``breaker_probe`` or ``blocked``), and when it ends (Unix
+    seconds of Redis time; None for a pause, which lasts until resumed, or no hold)."""
+    why, wait_ms, _ = HOLD.run(redis_client, breaker=keys.breaker_key(endpoint_id))
+    if not why or why == "paused":
+        return why or "", None
+    return why, store.redis_time(redis_client) + int(wait_ms) / 1000.0
+
+
 def ordered_endpoints(redis_client: Any = None) -> list[str]:
     """The ids of the ordered endpoints (their set, each one's ``ordered`` field read to
     confirm it): one round trip for the set, one for the fields."""
@@ -73,11 +84,13 @@ class OrderLines:
         self.redis: Any = redis_client or store.client()
         self._order: Any = None
 
-    def _script(self, *args: str, endpoint_id: str) -> int:
+    def _script(self, action: str, ordering_key: str, event_id: str | None = None, *,
+                endpoint_id: str) -> int:
         if self._order is None:
-            self._order = self.redis.register_script(store.load_script("order"))
-        return int(self._order(keys=[keys.endpoint_key(endpoint_id),
-                                     keys.doorbell_key(DELIVERY_QUEUE)], args=list(args)))
+            self._order = ORDER.register(self.redis)
+        return int(self._order(endpoint=keys.endpoint_key(endpoint_id),
+                               doorbell=keys.doorbell_key(DELIVERY_QUEUE), action=action,
+                               ordering_key=ordering_key, event_id=event_id))
 
     def policy(self, endpoint_id: str) -> str | None:
         """The endpoint's order policy (``block``, ``skip``), None when it is not ordered."""

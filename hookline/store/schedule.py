@@ -47,6 +47,7 @@ from hookline.store.keys import (  # noqa: F401 (the one-shard names, re-exporte
     schedule_endpoint_key,
     schedule_shards,
 )
+from hookline.store.lua import CONFIRM, DEFER_CLAIMED, HOLD, PARK, RELEASE, UNPARK, schedule
 from hookline.store.replication import wait_for_replicas
 from hookline.store.scheduled import (
     PAGE,
@@ -103,14 +104,14 @@ class RetrySchedule:
         self.shards: tuple[ScheduleKeys, ...] = schedule_shards(shards or settings().state_shards)
         #: The total cap each shard enforces.
         self.max_per_shard = math.ceil(self.max_total / len(self.shards))
-        self._park = self.redis.register_script(store.load_script("park"))
-        self._release = self.redis.register_script(store.load_script("release"))
-        self._unpark = self.redis.register_script(store.load_script("unpark"))
-        self._confirm = self.redis.register_script(store.load_script("confirm"))
+        self._park = PARK.register(self.redis)
+        self._release = RELEASE.register(self.redis)
+        self._unpark = UNPARK.register(self.redis)
+        self._confirm = CONFIRM.register(self.redis)
         self._woken = itertools.cycle(range(len(self.shards)))
         self._claim_start = itertools.cycle(range(len(self.shards)))
-        self._hold = self.redis.register_script(store.load_script("hold"))
-        self._defer_claimed = self.redis.register_script(store.load_script("defer_claimed"))
+        self._hold = HOLD.register(self.redis)
+        self._defer_claimed = DEFER_CLAIMED.register(self.redis)
 
     def shard_of(self, endpoint_id: str) -> ScheduleKeys:
         """The keys of the shard holding ``endpoint_id``'s retries."""
@@ -124,10 +125,10 @@ class RetrySchedule:
                            "last_status": last_status, "last_error": last_error})
         shard = self.shard_of(endpoint_id)
         reply = self._park(
-            keys=[*shard.shared, shard.wake, shard.by_endpoint(endpoint_id)],
-            args=[f"{endpoint_id}/{event_id}", max(0, round(countdown * 1000)), message, meta,
-                  endpoint_id, self.max_per_shard, self.max_per_endpoint],
-        )
+            **schedule(shard), wake=shard.wake, index=shard.by_endpoint(endpoint_id),
+            retry_id=f"{endpoint_id}/{event_id}", countdown_ms=max(0, round(countdown * 1000)),
+            message=message, meta_json=meta, endpoint_id=endpoint_id, max_total=self.max_per_shard,
+            max_per_endpoint=self.max_per_endpoint)
         if reply[0] == "full":
             raise ScheduleFull(reply[1], int(reply[2]), len(self.shards))
         wait_for_replicas(self.redis)  # see hookline/store/replication.py
@@ -182,9 +183,9 @@ class RetrySchedule:
             if not candidates:
                 return 0, None  # nothing scheduled: an idle releaser runs no script
             reply = self._release(
-                keys=[*shard.shared, queue, doorbell_key(queue),
-                      *(shard.by_endpoint(retry_endpoint(c)) for c in candidates)],
-                args=[batch, limit, "push", *candidates])
+                **schedule(shard), release_to=queue, doorbell=doorbell_key(queue),
+                indexes=[shard.by_endpoint(retry_endpoint(c)) for c in candidates],
+                most=batch, limit=limit, mode="push", candidates=candidates)
             if int(reply[0]) or not int(reply[3]):
                 break  # released some, or nothing taken by another releaser: done
             offset = (offset + batch) % (STALE_READS * batch)
@@ -194,8 +195,9 @@ class RetrySchedule:
                    broker: Any) -> tuple[int, float | None]:
         """release_due for a broker elsewhere: one shard's due retries claimed, pushed to
         ``broker`` and confirmed (confirm.lua: one parked again meanwhile stays)."""
-        reply = self._release(keys=[*shard.shared, shard.releasing],
-                              args=[batch, round(CLAIM_LEASE * 1000), "claim"])
+        reply = self._release(**schedule(shard), release_to=shard.releasing, indexes=[],
+                              most=batch, limit=round(CLAIM_LEASE * 1000), mode="claim",
+                              candidates=[])
         ids = [_text(retry_id) for retry_id in reply[3::2]]
         if ids:
             self._push_claimed(broker, queue, ids, reply[4::2], due=shard.due,
@@ -243,11 +245,11 @@ class RetrySchedule:
         endpoints = list(dict.fromkeys(retry_endpoint(retry_id) for retry_id in ids))
         if isinstance(self.redis, redis.cluster.RedisCluster):
             # redis-py's cluster pipeline refuses scripts: one call per endpoint.
-            replies = [self._hold(keys=[breaker_key(endpoint_id)]) for endpoint_id in endpoints]
+            replies = [self._hold(breaker=breaker_key(endpoint_id)) for endpoint_id in endpoints]
         else:
             pipe = self.redis.pipeline(transaction=False)
             for endpoint_id in endpoints:
-                self._hold(keys=[breaker_key(endpoint_id)], client=pipe)
+                self._hold(pipe, breaker=breaker_key(endpoint_id))
             replies = pipe.execute()
         holds = dict(zip(endpoints, replies, strict=True))
         kept: list[tuple[str, Any]] = []
@@ -273,7 +275,7 @@ class RetrySchedule:
                 delay = min(wait, PROBE_WAIT) + random.uniform(0.1, 1.0)
             delays += [retry_id, round(delay * 1000)]
         if delays:
-            self._defer_claimed(keys=[due, releasing], args=delays)
+            self._defer_claimed(due=due, releasing=releasing, delays=delays)
         return [retry_id for retry_id, _ in kept], [message for _, message in kept]
 
     def wait_for_wake(self, timeout: float) -> None:
@@ -411,9 +413,9 @@ class RetrySchedule:
         removed = 0
         for shard, ids in by_shard.items():
             removed += int(script(
-                keys=[*shard.shared, shard.releasing,
-                      *(shard.by_endpoint(retry_endpoint(retry_id)) for retry_id in ids)],
-                args=ids))
+                **schedule(shard), releasing=shard.releasing,
+                indexes=[shard.by_endpoint(retry_endpoint(retry_id)) for retry_id in ids],
+                retry_ids=ids))
         return removed
 
 

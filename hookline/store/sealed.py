@@ -17,6 +17,7 @@ from hookline.core.endpoint import SEALED_FIELDS, SealedRecordError, open_field,
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.endpoints import registered_ids
+from hookline.store.lua import RESEAL_ENDPOINT
 
 #: Endpoints read per round trip.
 _BATCH = 500
@@ -93,7 +94,7 @@ def reencrypt(redis_client: Any = None) -> Resealed:
     if newest is None:
         raise sealing.SealingError(f"{sealing.VARIABLE} is not set: there is no key to "
                                    "encrypt with")
-    script = redis_client.register_script(store.load_script("reseal_endpoint"))
+    script = RESEAL_ENDPOINT.register(redis_client)
     done = Resealed()
     for endpoint_id, stored in _stored(redis_client):
         for _ in range(_RETRIES):
@@ -118,13 +119,13 @@ def reencrypt(redis_client: Any = None) -> Resealed:
 def _reseal(script: Any, endpoint_id: str, stored: dict[str, str], newest: str) -> int | None:
     """Reseal the fields of ``stored`` not sealed with ``newest``: how many, or None when the
     endpoint changed since it was read."""
-    args: list[str] = []
+    changes: list[str] = []
     for name, value in stored.items():
         if value and sealing.sealed_key_id(value) != newest:  # empty: nothing to protect
-            args += [name, value, seal_field(endpoint_id, name,
-                                             open_field(endpoint_id, name, value))]
-    if not args:
+            changes += [name, value, seal_field(endpoint_id, name,
+                                                open_field(endpoint_id, name, value))]
+    if not changes:
         return 0
-    if not script(keys=[keys.endpoint_key(endpoint_id)], args=args):
+    if not script(endpoint=keys.endpoint_key(endpoint_id), changes=changes):
         return None
-    return len(args) // 3
+    return len(changes) // 3

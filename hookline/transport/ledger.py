@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from kombu.utils.json import dumps, loads
 
-from hookline.store.connection import load_script
 from hookline.store.keys import (
     FAIR_WAITING_KEY,
     doorbell_key,
@@ -42,6 +41,7 @@ from hookline.store.keys import (
     fair_waiting_key,
     leases_key,
 )
+from hookline.transport.lua import WAIT_SHARE
 from hookline.transport.records import member_owner, parse_member, records_key
 
 if TYPE_CHECKING:
@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 # A process that only publishes loads this module with the transport (unacked.py) but never
 # consumes: the gates are imported where a settle needs them.
-
-_WAIT_SHARE = load_script("wait_share")
 
 
 class Gone(enum.StrEnum):
@@ -155,10 +153,12 @@ class Entry:
         payload["properties"]["delivery_tag"] = uuid.uuid4().hex
         waiting = f"{channel._q_for_pri(queues[0], priority)}\n{dumps(payload)}"
         with channel.conn_or_acquire() as client:
-            moved = client.eval(_WAIT_SHARE, 6, self.records_key, fair_waiting_key(endpoint_id),
-                                FAIR_WAITING_KEY, endpoint_key(endpoint_id),
-                                doorbell_key(queues[0]), leases_key(endpoint_id), self.member,
-                                waiting, endpoint_id)
+            moved = WAIT_SHARE.run(client, records=self.records_key,
+                                   waiting=fair_waiting_key(endpoint_id),
+                                   waiting_set=FAIR_WAITING_KEY, endpoint=endpoint_key(endpoint_id),
+                                   doorbell=doorbell_key(queues[0]),
+                                   leases=leases_key(endpoint_id), member=self.member,
+                                   entry=waiting, endpoint_id=endpoint_id)
         # moved, or gone (restored elsewhere): nothing left to acknowledge, not parked here
         self.gone = Gone.WAITING if moved else Gone.FENCED
         return True

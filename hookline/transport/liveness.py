@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hookline.core.logs import log_event
-from hookline.store.connection import bounded_options, load_script, redis_for
+from hookline.store.connection import bounded_options, redis_for
 from hookline.store.keys import (
     WORKERS_CLOCK_KEY,
     WORKERS_DEAD_KEY,
@@ -50,16 +50,16 @@ from hookline.store.keys import (
     WORKERS_LIVE_KEY,
     WORKERS_SLOTS_KEY,
 )
+from hookline.transport.lua import HEARTBEAT
 
 logger = logging.getLogger("hookline")
 
-#: Keys of heartbeat.lua, in its order.
-REGISTRY_KEYS = [WORKERS_LIVE_KEY, WORKERS_DEAD_KEY, WORKERS_SLOTS_KEY, WORKERS_INFO_KEY,
-                 WORKERS_CLOCK_KEY]
+#: Keys of heartbeat.lua, by their names.
+REGISTRY_KEYS = {"live": WORKERS_LIVE_KEY, "dead": WORKERS_DEAD_KEY, "slots": WORKERS_SLOTS_KEY,
+                 "info": WORKERS_INFO_KEY, "clock": WORKERS_CLOCK_KEY}
 #: Most processes one beat declares dead, and most dead ones it names back to restore.
 DECLARE_BATCH = 16
 
-_HEARTBEAT = load_script("heartbeat")
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class Liveness:
         self.interval = interval
         self.window = window
         self.slots = slots
-        self._script = client.register_script(_HEARTBEAT)
+        self._script = HEARTBEAT.register(client)
         self._registration = Registration(secrets.token_hex(8), 1)
         self._registered = False
         self._announced = 0
@@ -219,10 +219,10 @@ class Liveness:
         registration = self._registration
         slots = self.slots
         reply = self._script(
-            keys=REGISTRY_KEYS,
-            args=[registration.token, round(self.window * 1000),
-                  "" if self._registered and slots == self._announced else slots,
-                  self._describe(), "0" if self._registered else "1", DECLARE_BATCH])
+            **REGISTRY_KEYS, token=registration.token, window_ms=round(self.window * 1000),
+            own_slots="" if self._registered and slots == self._announced else slots,
+            description=self._describe(), register="0" if self._registered else "1",
+            most_dead=DECLARE_BATCH)
         status = _text(reply[0])
         if status == "fenced":
             self._fenced(registration)

@@ -15,9 +15,10 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps
 
 from hookline.core.config import settings
-from hookline.store.connection import load_script, ring
+from hookline.store.connection import ring
 from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claim_keys, claims
 from hookline.store.keys import doorbell_key
+from hookline.transport.lua import CLAIM_PUSH
 
 
 class PushingChannel(kombu_redis.Channel):
@@ -52,11 +53,11 @@ class PushingChannel(kombu_redis.Channel):
         pri = self._get_message_priority(message, reverse=False)
         with self.conn_or_acquire() as client:
             if self._claim_push is None:
-                self._claim_push = client.register_script(load_script("claim_push"))
+                self._claim_push = CLAIM_PUSH.register(client)
             reply = self._claim_push(
-                keys=[*claim_keys(endpoint_id, event_id), self._q_for_pri(queue, pri),
-                      doorbell_key(queue)],
-                args=[digest, config.record_ttl, dumps(message)], client=client)
+                client, **claim_keys(endpoint_id, event_id), queue=self._q_for_pri(queue, pri),
+                doorbell=doorbell_key(queue), digest=digest, record_ttl=config.record_ttl,
+                message=dumps(message))
         verdict = Claim(bytes_to_str(reply))
         if verdict in (Claim.MISSING, Claim.CONFLICT):
             raise ClaimRefused(verdict)

@@ -9,7 +9,7 @@ and only then, in a second round trip, records it in the ``unacked`` hash from w
 worker's messages are restored. A worker killed between the two (a whole container killed, or
 the reply still in the socket while the event loop is busy) loses that message for good: the
 fault run lost 2 of 3,000 events this way. Here one Lua script
-(``hookline/store/lua/consume.lua``) takes the message and records it in the same atomic step,
+(``hookline/transport/lua/consume.lua``) takes the message and records it in the same atomic step,
 so a message is always on its list or in the unacked records, and the restore sweep brings
 back whatever a dead worker held. The record is one member of a sorted set, written with one
 command and removed by the acknowledgement with one (``hookline/transport/unacked.py``: the
@@ -56,12 +56,9 @@ from hookline.core.config import settings
 from hookline.core.envelope import decode_task
 from hookline.core.logs import log_event
 from hookline.core.messages import QUEUES
-from hookline.store.connection import load_script
 from hookline.store.event_log import EventLog
 from hookline.store.keys import (
     FAIR_WAITING_KEY,
-    SCHEDULE_KEYS,
-    WAKE_KEY,
     breaker_key,
     doorbell_key,
     entry_shard,
@@ -70,6 +67,8 @@ from hookline.store.keys import (
     schedule_endpoint_key,
     schedule_shards,
 )
+from hookline.store.lua import schedule
+from hookline.transport.lua import CONSUME
 from hookline.transport.push import PushingChannel
 from hookline.transport.unacked import QoS
 
@@ -80,8 +79,9 @@ if TYPE_CHECKING:
 # broker transport, but never consumes: what only consuming needs (the unacked records, the
 # liveness heartbeats, the dead-letter queue, the metrics) is imported where it is used.
 
-_CONSUME = load_script("consume")
-_CONSUME_SHA = hashlib.sha1(_CONSUME.encode()).hexdigest()
+#: consume.lua's retry schedule keys (the one shard a broker on this Redis parks in), by their
+#: names.
+_SCHEDULE = {**schedule(schedule_shards(1)[0]), "wake": schedule_shards(1)[0].wake}
 
 
 _HOOKLINE_QUEUES = frozenset(QUEUES)
@@ -237,14 +237,16 @@ class Channel(PushingChannel):
             slots = live.total_slots if live is not None and park_held else 0
             dig_above = (live.live * min(config.runnable_attempts, live.slots)
                          if live is not None else 0)
-            command = ["EVALSHA", _CONSUME_SHA, 7 + 2 * len(keys) + len(endpoint_keys),
-                       self.qos.records_key, *SCHEDULE_KEYS, WAKE_KEY, FAIR_WAITING_KEY,
-                       *keys, *bells, *endpoint_keys,
-                       repr(time()), "1" if park_held else "0", config.schedule_max,
-                       config.schedule_max_per_endpoint, PARK_BATCH, len(keys),
-                       self._batch(), live.current().token if live is not None else "",
-                       slots, dig_above, "1" if self._fair_look else "0",
-                       config.retry_policy.max_age, *endpoints]
+            named_keys, args = CONSUME.keys_and_args(
+                records=self.qos.records_key, **_SCHEDULE, waiting_set=FAIR_WAITING_KEY,
+                queues=keys, doorbells=bells, endpoint_keys=endpoint_keys,
+                now=repr(time()), park_held="1" if park_held else "0",
+                max_total=config.schedule_max, max_per_endpoint=config.schedule_max_per_endpoint,
+                budget=PARK_BATCH, queue_count=len(keys), most=self._batch(),
+                owner=live.current().token if live is not None else "", slots=slots,
+                dig_above=dig_above, look_all="1" if self._fair_look else "0",
+                max_age=config.retry_policy.max_age, endpoints=endpoints)
+            command = ["EVALSHA", CONSUME.sha, len(named_keys), *named_keys, *args]
         self._in_poll = connection
         # Read by kombu 5.7's check of the consuming connection; unused by kombu 5.6.
         self._brpop_sent_at = monotonic()  # type: ignore[assignment, unused-ignore]
@@ -402,7 +404,7 @@ class Channel(PushingChannel):
 
     def _load_script(self) -> None:
         with self.conn_or_acquire() as client:
-            client.script_load(_CONSUME)
+            client.script_load(CONSUME.text())
 
     def _drop_bad_item(self, key: str, item: str) -> None:
         from hookline.transport.malformed import dead_letter_text

@@ -30,7 +30,6 @@ sends nothing.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from time import time
 from typing import Any
@@ -39,13 +38,13 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from hookline.core.attempts import notify_when_waiting, waiting_on_receivers
 from hookline.core.config import settings
-from hookline.store.connection import load_script
 from hookline.store.keys import WORKERS_LIVE_KEY, doorbell_key
 from hookline.transport.ledger import Ledger
+from hookline.transport.lua import RESTORE
 from hookline.transport.malformed import dead_letter_text
 from hookline.transport.records import member_owner, parse_member, records_key
 
@@ -54,9 +53,6 @@ logger = logging.getLogger("hookline")
 #: Seconds between kombu 5.6's calls of the visibility-timeout sweep (fixed there; kombu 5.7
 #: takes ``unacked_restore_interval``). See :meth:`QoS.restore_visible`.
 _KOMBU_SWEEP_CALL_PERIOD = 10
-
-_RESTORE = load_script("restore")
-_RESTORE_SHA = hashlib.sha1(_RESTORE.encode()).hexdigest()
 
 
 def _nothing() -> None:
@@ -351,16 +347,11 @@ class QoS(kombu_redis.QoS):
             logger.critical("Could not restore message: %r", payload, exc_info=True)
             queues = []
         priority = channel._get_message_priority(payload, reverse=False)
-        keys = [self.records_key]
-        for queue in queues:
-            keys += [channel._q_for_pri(queue, priority), doorbell_key(queue)]
-        args = [member, dumps(payload), "LPUSH" if leftmost else "RPUSH"]
-        try:
-            restored = client.evalsha(_RESTORE_SHA, len(keys), *keys, *args)
-        except NoScriptError:
-            client.script_load(_RESTORE)
-            restored = client.evalsha(_RESTORE_SHA, len(keys), *keys, *args)
-        return bool(restored)
+        pushed_to = [key for queue in queues
+                     for key in (channel._q_for_pri(queue, priority), doorbell_key(queue))]
+        return bool(RESTORE.run(client, records=self.records_key, queues=pushed_to,
+                                member=member, message=dumps(payload),
+                                push="LPUSH" if leftmost else "RPUSH"))
 
     def _drop_unreadable(self, client: Any, member: bytes | str, exc: Exception) -> bool:
         """A member that holds no message (written by hand): kept in the dead-letter queue,

@@ -15,11 +15,11 @@ import pytest
 import redis
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from hookline.store.connection import load_script
 from hookline.store.gates import Gate, Receipt
-from hookline.store.keys import FAIR_WAITING_KEY, doorbell_key
-from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
+from hookline.store.keys import FAIR_WAITING_KEY, doorbell_key, schedule_shards
+from hookline.store.lua import schedule
 from hookline.transport.ledger import Gone, entry_of
+from hookline.transport.lua import CONSUME
 from hookline.transport.records import (
     UNACKED_RECORDS_KEY,
     held_count,
@@ -34,6 +34,9 @@ URL = isolated_url(9)
 QUEUE = Queue("broker-test", Exchange("broker-test"), routing_key="broker-test")
 TRANSPORT = "hookline.transport.redis:Transport"
 DOORBELL = doorbell_key("broker-test")
+
+#: The retry schedule's keys consume.lua parks in: the one shard.
+ONE_SHARD = schedule_shards(1)[0]
 
 
 @pytest.fixture
@@ -279,11 +282,14 @@ def envelope(tag: str) -> str:
             "delivery_info": {"exchange": "broker-test", "routing_key": "broker-test"}}})
 
 
-def consume_once(db, script: str, owner: str = "") -> list:
+def consume_once(db, owner: str = "") -> list:
     """One consume.lua call on the test queue: nothing parked, no fair shares, one message."""
-    return db.eval(script, 9, UNACKED_RECORDS_KEY, *SCHEDULE_KEYS, WAKE_KEY, FAIR_WAITING_KEY,
-                   "broker-test", DOORBELL, repr(time.time()), "0", 1000, 1000, 200, 1, 1,
-                   owner, 0, 0, "0")
+    return CONSUME.run(
+        db, records=UNACKED_RECORDS_KEY, **schedule(ONE_SHARD), wake=ONE_SHARD.wake,
+        waiting_set=FAIR_WAITING_KEY, queues=["broker-test"],
+        doorbells=[DOORBELL], endpoint_keys=[], now=repr(time.time()), park_held="0",
+        max_total=1000, max_per_endpoint=1000, budget=200, queue_count=1, most=1, owner=owner,
+        slots=0, dig_above=0, look_all="0", max_age=0, endpoints=[])
 
 
 def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
@@ -292,10 +298,8 @@ def test_the_doorbell_is_trimmed_as_messages_are_taken(db):
     1,000 tokens; the queue is not empty yet, so it is not emptied."""
     db.lpush(DOORBELL, *["1"] * 1500)
     db.lpush("broker-test", envelope("first-1"), envelope("second-0"), envelope("third-1"))
-    consume = load_script("consume")
-
     def take() -> list:
-        return consume_once(db, consume)
+        return consume_once(db)
 
     assert take()[:4] == ["message", "0", 1, "broker-test"]  # first-1: no trim
     assert db.llen(DOORBELL) == 1500
@@ -356,7 +360,7 @@ def test_a_member_gives_back_its_tag_and_record_whatever_the_tag(db, tag):
     message = json.loads(envelope(tag))
     item = json.dumps(message)
     db.lpush("broker-test", item)
-    reply = consume_once(db, load_script("consume"), owner="0123abcd")
+    reply = consume_once(db, owner="0123abcd")
     member = reply[4]
     assert member.startswith("0123abcd ")
     assert db.zrange(UNACKED_RECORDS_KEY, 0, -1) == [member]

@@ -16,11 +16,11 @@ import redis
 
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.connection import load_script
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate, Receipt, Verdict
-from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY
+from hookline.store.lua import schedule
 from hookline.transport.liveness import REGISTRY_KEYS, Liveness, registry
+from hookline.transport.lua import CONSUME, HEARTBEAT
 from hookline.transport.records import (
     UNACKED_RECORDS_KEY,
     member_owner,
@@ -32,6 +32,9 @@ from tests.support.records import expire_lease
 
 REGISTRY_URL = isolated_url(14)
 
+#: The retry schedule's keys consume.lua parks in: the one shard.
+ONE_SHARD = keys.schedule_shards(1)[0]
+
 
 @pytest.fixture
 def client() -> Iterator[redis.Redis]:
@@ -42,9 +45,9 @@ def client() -> Iterator[redis.Redis]:
 
 def beat(client: redis.Redis, token: str, *, window_ms: int = 1000, register: bool = False
          ) -> list:
-    script = client.register_script(load_script("heartbeat"))
-    return script(keys=REGISTRY_KEYS, args=[token, window_ms, 8, "{}", "1" if register else "0",
-                                            16])
+    return HEARTBEAT.run(client, **REGISTRY_KEYS, token=token, window_ms=window_ms,
+                         own_slots=8, description="{}", register="1" if register else "0",
+                         most_dead=16)
 
 
 def test_a_silent_process_is_declared_dead_once_and_a_live_one_is_not(client):
@@ -203,10 +206,13 @@ def consume(client: redis.Redis, endpoints: list[str], *, most: int, slots: int,
     endpoint_keys = [key for e in endpoints for key in (
         keys.breaker_key(e), keys.schedule_endpoint_key(e), keys.fair_waiting_key(e),
         keys.leases_key(e))]
-    return client.eval(load_script("consume"), 9 + len(endpoint_keys), UNACKED_RECORDS_KEY,
-                       *SCHEDULE_KEYS, WAKE_KEY, keys.FAIR_WAITING_KEY, "fq", "fq-bell",
-                       *endpoint_keys, repr(time.time()), "1", 1000, 1000, 200, 1, most,
-                       "owner01", slots, dig_above, "1" if look else "0", max_age, *endpoints)
+    return CONSUME.run(
+        client, records=UNACKED_RECORDS_KEY, **schedule(ONE_SHARD), wake=ONE_SHARD.wake,
+        waiting_set=keys.FAIR_WAITING_KEY, queues=["fq"], doorbells=["fq-bell"],
+        endpoint_keys=endpoint_keys, now=repr(time.time()), park_held="1", max_total=1000,
+        max_per_endpoint=1000, budget=200, queue_count=1, most=most, owner="owner01",
+        slots=slots, dig_above=dig_above, look_all="1" if look else "0", max_age=max_age,
+        endpoints=endpoints)
 
 
 def hold_slots(client: redis.Redis, endpoint_id: str, count: int) -> None:

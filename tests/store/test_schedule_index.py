@@ -22,13 +22,15 @@ from hookline.delivery.retries import dead_letter_scheduled
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.lua import ADMIT, PARK, RELEASE, SAVE_ENDPOINT, SETTLE, UNPARK
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.envelope import build_message
+from hookline.transport.lua import CONSUME
 from hookline.worker.celery import app
 from tests.conftest import isolated_url, wait_until
 
 LATER = 3600.0
-SCRIPTS = ["admit", "consume", "park", "release", "unpark", "settle", "save_endpoint"]
+SCRIPTS = [ADMIT, CONSUME, PARK, RELEASE, UNPARK, SETTLE, SAVE_ENDPOINT]
 
 
 class Counting(redis.Redis):
@@ -209,20 +211,20 @@ def test_retries_parked_before_the_index_existed_are_still_found():
     assert_counts_match_the_index()
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_a_script_names_no_key_of_its_own(name):
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda contract: contract.script)
+def test_a_script_names_no_key_of_its_own(script):
     """Every key comes through KEYS: no script (pieces included) builds a Hookline key."""
-    code = "\n".join(line.split("--", 1)[0] for line in store.load_script(name).splitlines())
+    code = "\n".join(line.split("--", 1)[0] for line in script.text().splitlines())
     assert "hookline:" not in code
-    assert not re.search(r"^--#include", store.load_script(name), re.MULTILINE)
+    assert not re.search(r"^--#include", script.text(), re.MULTILINE)
     assert not re.search(r"redis\.call\(\s*'[A-Z]+'\s*,\s*'", code)  # a literal key
 
 
 def test_admit_and_consume_share_the_held_rule_park_and_consume_the_park_rule():
     held = "local function endpoint_hold("
     parking = "local function park_retry("
-    assert held in store.load_script("admit") and held in store.load_script("consume")
-    assert parking in store.load_script("park") and parking in store.load_script("consume")
+    assert held in ADMIT.text() and held in CONSUME.text()
+    assert parking in PARK.text() and parking in CONSUME.text()
 
 
 QUEUE = Queue("test.consume-held", Exchange("test.consume-held"),

@@ -69,7 +69,8 @@ def test_the_wheel_holds_the_package_and_its_data(built) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     data = [name for name in package if not name.endswith(".py")]
     # What the package needs besides its modules: each kind must be there to be checked.
-    for needed in ("hookline/py.typed", "hookline/store/lua/consume.lua",
+    for needed in ("hookline/py.typed", "hookline/store/lua/settle.lua",
+                   "hookline/transport/lua/consume.lua",
                    "hookline/console/templates/base.html", "hookline/console/static/console.js",
                    "hookline/console/static/console.css",
                    "hookline/contrib/django/migrations/0001_initial.py"):
@@ -112,13 +113,16 @@ def test_the_wheel_installs_into_a_fresh_virtualenv(built, tmp_path: Path) -> No
 import sys
 from importlib import resources
 import hookline
-from hookline.store.connection import load_script
+from hookline.store.scripts import load_script
 assert hookline.__file__.startswith(sys.prefix), hookline.__file__
-lua = resources.files("hookline.store.lua")
-scripts = sorted(p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua"))
-assert "consume" in scripts, scripts
-for name in scripts:
-    assert load_script(name).strip(), name
+scripts = []
+for folder in ("hookline.store.lua", "hookline.transport.lua"):
+    lua = resources.files(folder)
+    names = sorted(p.name[:-4] for p in lua.iterdir() if p.name.endswith(".lua"))
+    for name in names:
+        assert load_script(name, folder).strip(), name
+    scripts += names
+assert "consume" in scripts and "settle" in scripts, scripts
 templates = resources.files("hookline.console").joinpath("templates")
 assert templates.joinpath("base.html").is_file()
 assert resources.files("hookline").joinpath("py.typed").is_file()

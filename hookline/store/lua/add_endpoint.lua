@@ -1,7 +1,7 @@
 -- Register an endpoint only if it does not exist yet, all its fields at once (so no reader
 -- ever sees a half-written endpoint).
--- KEYS[1]  hookline:{ep}:endpoint (hash)
--- ARGV     field, value, field, value, ...
+-- KEYS[1]     endpoint  hookline:{ep}:endpoint (hash)
+-- ARGV[1...]  *fields   field, value, field, value, ...
 -- Returns  1 if added, 0 if the endpoint exists already.
 -- The hash holds the endpoint's gate state too: without a url it is no endpoint, and whatever
 -- gate fields were left there (written after a remove) are not the new endpoint's.

@@ -1,33 +1,36 @@
 -- Admit one attempt of one event to one endpoint: every gate in one round trip.
--- KEYS[1]  hookline:{ep}:endpoint        endpoint hash: its configuration (url, secrets,
---                                        enabled, rate_interval_ms, rate_burst, ...) and its
---                                        shared gates, read with it in one HGETALL: the breaker
---                                        (state, open_until, probe_until, probe_token,
---                                        blocked_until) and the rate limiter (tat, the GCRA
---                                        theoretical arrival time, and book, the latest slot
---                                        booked by a deferred event; ms)
--- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua):
---                                        content digest, done marker, in-flight lease, crash
---                                        counter (attempts started and not yet settled)
--- KEYS[3]  hookline:{ep}:done:<event>    Hookline 0.2's done marker, honoured (read with the
--- KEYS[4]  hookline:{ep}:digest:<event>  record in one MGET) and its content binding
--- KEYS[5]  hookline:{ep}:leases          the endpoint's attempts in flight (piece_leases.lua):
---                                        this attempt's lease is added, a lease it takes over
---                                        removed
--- KEYS[6]  (optional, where the broker is this Redis) the delivery queue's doorbell: a
---          duplicate that is its ordered key's head lets the next of the line go
--- ARGV[1]  token of this attempt
--- ARGV[2]  lease lifetime before the read timeouts (connect timeout + margin), milliseconds;
---          the lease adds twice the endpoint's read timeout (or ARGV[6]), as an attempt can
---          take that long
--- ARGV[3]  unsettled starts allowed before the event counts as a poison message
--- ARGV[4]  lifetime of the starts counter, seconds
--- ARGV[5]  rate slot this event booked when it was deferred (ms of Redis time), or 0
--- ARGV[6]  default read timeout, milliseconds
--- ARGV[7]  this event's content digest (event type + canonical payload), '' to skip the check
--- ARGV[8]  lifetime of the delivery record from this write, seconds
--- ARGV[9]  the delivery's ordering key (the endpoint id when none was given) and ARGV[10]
---          the event id: read only for an ordered endpoint (piece_order.lua)
+-- KEYS[1]   endpoint    hookline:{ep}:endpoint, the endpoint hash: its configuration (url,
+--                       secrets, enabled, rate_interval_ms, rate_burst, ...) and its shared
+--                       gates, read with it in one HGETALL: the breaker (state, open_until,
+--                       probe_until, probe_token, blocked_until) and the rate limiter (tat,
+--                       the GCRA theoretical arrival time, and book, the latest slot booked
+--                       by a deferred event; ms)
+-- KEYS[2]   record      hookline:{ep}:delivery:<event>, the event's delivery record
+--                       (piece_record.lua): content digest, done marker, in-flight lease,
+--                       crash counter (attempts started and not yet settled)
+-- KEYS[3]   old_done    hookline:{ep}:done:<event>, Hookline 0.2's done marker, honoured
+--                       (read with the record in one MGET)
+-- KEYS[4]   old_digest  hookline:{ep}:digest:<event>, Hookline 0.2's content binding
+-- KEYS[5]   leases      hookline:{ep}:leases, the endpoint's attempts in flight
+--                       (piece_leases.lua): this attempt's lease is added, a lease it takes
+--                       over removed
+-- KEYS[6]   doorbell?   (where the broker is this Redis) the delivery queue's doorbell: a
+--                       duplicate that is its ordered key's head lets the next of the line go
+-- ARGV[1]   token       token of this attempt
+-- ARGV[2]   lease_ms    lease lifetime before the read timeouts (connect timeout + margin),
+--                       milliseconds; the lease adds twice the endpoint's read timeout (or
+--                       ARGV[6]), as an attempt can take that long
+-- ARGV[3]   max_starts  unsettled starts allowed before the event counts as a poison message
+-- ARGV[4]   starts_ttl  lifetime of the starts counter, seconds
+-- ARGV[5]   rate_slot   rate slot this event booked when it was deferred (ms of Redis time),
+--                       or 0
+-- ARGV[6]   read_timeout_ms  default read timeout, milliseconds
+-- ARGV[7]   digest      this event's content digest (event type + canonical payload), '' to
+--                       skip the check
+-- ARGV[8]   record_ttl  lifetime of the delivery record from this write, seconds
+-- ARGV[9]   ordering_key  the delivery's ordering key (the endpoint id when none was given):
+--                       read only for an ordered endpoint (piece_order.lua), as is ARGV[10]
+-- ARGV[10]  event_id    the event id
 -- Times are Redis server time in milliseconds, so workers' clocks do not matter.
 -- Commands: the record (and 0.2's two keys) read with one MGET and written with one SET; the
 -- endpoint, its breaker and its limiter read with one HGETALL and written with one HSET.

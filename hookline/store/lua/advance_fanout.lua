@@ -2,8 +2,10 @@
 -- (two fan-out tasks of one event, after a redelivery, may both run: the further one counts).
 -- At the end the payload is dropped (every delivery carries its own copy): the record keeps
 -- what 'hookline event show' and a republish need.
--- KEYS[1]  hookline:{app:<id>}:published:<event>
--- ARGV[1]  the new cursor;  ARGV[2]  the total (receivers);  ARGV[3]  now, Unix seconds
+-- KEYS[1]  published  hookline:{app:<id>}:published:<event>
+-- ARGV[1]  cursor     the new cursor
+-- ARGV[2]  total      the total (receivers)
+-- ARGV[3]  now        now, Unix seconds
 -- Returns  the cursor now recorded (0 when the record is gone: expired).
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0

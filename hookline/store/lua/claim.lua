@@ -1,12 +1,14 @@
 -- Bind an event id to its content where it is enqueued (send_webhook), in the same round trip
 -- as the check that its endpoint exists, when the broker is not this Redis (claim_push.lua
 -- does both and the push when it is). admit.lua applies the same rule in the worker.
--- KEYS[1]  hookline:{ep}:endpoint          endpoint hash
--- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
--- KEYS[3]  hookline:{ep}:digest:<event>    Hookline 0.2's binding, honoured
--- ARGV[1]  this event's content digest (event type + canonical payload)
--- ARGV[2]  lifetime of a new delivery record, seconds
--- ARGV[3]  '1' to bind a free id now, '0' only to check (an event enqueued later, on commit)
+-- KEYS[1]  endpoint    hookline:{ep}:endpoint, the endpoint hash
+-- KEYS[2]  record      hookline:{ep}:delivery:<event>, the event's delivery record
+--                      (piece_record.lua)
+-- KEYS[3]  old_digest  hookline:{ep}:digest:<event>, Hookline 0.2's binding, honoured
+-- ARGV[1]  digest      this event's content digest (event type + canonical payload)
+-- ARGV[2]  record_ttl  lifetime of a new delivery record, seconds
+-- ARGV[3]  bind        '1' to bind a free id now, '0' only to check (an event enqueued later,
+--                      on commit)
 -- Returns  'missing', 'conflict', 'same' or 'new' (piece_claim.lua).
 --#include piece_record.lua
 --#include piece_claim.lua

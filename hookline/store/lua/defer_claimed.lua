@@ -1,8 +1,8 @@
 -- Put claimed retries (release.lua 'claim') back in the due set instead of publishing them:
 -- their endpoint is held, so they wait in the schedule until it may take them.
--- KEYS[1]  hookline:{schedule}:due
--- KEYS[2]  hookline:{schedule}:releasing
--- ARGV     pairs: retry id, delay in milliseconds from now (Redis time)
+-- KEYS[1]     due         hookline:{schedule}:due
+-- KEYS[2]     releasing   hookline:{schedule}:releasing
+-- ARGV[1...]  *delays     pairs: retry id, delay in milliseconds from now (Redis time)
 -- Returns  how many were still claimed (and so were put back); one whose claim ended or that
 --          left the schedule meanwhile is left as it is.
 --#include piece_clock.lua

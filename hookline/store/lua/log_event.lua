@@ -1,19 +1,27 @@
 -- Record an event's latest status in the event log (piece_log.lua), where no other script of the
 -- step already does (settle.lua does at every attempt): held, dead-lettered, and a row's index
 -- entry on a Redis Cluster's shard.
--- KEYS[1]  hookline:{ep}:log, or on a cluster a shard's index (see ARGV[1])
--- ARGV[1]  'row': write the endpoint's row (and the shard's index when ARGV[3] is given);
---          'index': only the shard's index entry of a row written elsewhere (a cluster's
---          second step), ARGV[3] the shard's prefix
--- ARGV[2]  the endpoint's prefix, hookline:{ep}:
--- ARGV[3]  the shard's prefix (hookline:{log}:), '' for none
--- ARGV[4]  endpoint id       ARGV[5] event id       ARGV[6] status letter (d, r, h, x)
--- ARGV[7]  event type ('' keeps the row's)          ARGV[8] attempts (-1 keeps the row's)
--- ARGV[9]  last HTTP status (0 none, -1 keeps the row's)
--- ARGV[10] now, ms of Redis time (0: read TIME here)
--- ARGV[11] retention, ms         ARGV[12] most rows per endpoint
--- ARGV[13], ARGV[14] ('index' only) the letter and type of the row's previous index entry, to
---          remove ('' for none)
+-- KEYS[1]   slot             a key of the slot written: hookline:{ep}:log, or on a cluster
+--                             a shard's index (see ARGV[1]); the keys are named from the
+--                             prefixes below
+-- ARGV[1]   mode             'row': write the endpoint's row (and the shard's index when
+--                             ARGV[3] is given); 'index': only the shard's index entry of a
+--                             row written elsewhere (a cluster's second step), ARGV[3] the
+--                             shard's prefix
+-- ARGV[2]   endpoint_prefix  the endpoint's prefix, hookline:{ep}:
+-- ARGV[3]   shard_prefix     the shard's prefix (hookline:{log}:), '' for none
+-- ARGV[4]   endpoint_id      endpoint id
+-- ARGV[5]   event_id         event id
+-- ARGV[6]   letter           status letter (d, r, h, x)
+-- ARGV[7]   event_type       event type ('' keeps the row's)
+-- ARGV[8]   attempts         attempts (-1 keeps the row's)
+-- ARGV[9]   status           last HTTP status (0 none, -1 keeps the row's)
+-- ARGV[10]  now              now, ms of Redis time (0: read TIME here)
+-- ARGV[11]  age_ms           retention, ms
+-- ARGV[12]  most_rows        most rows per endpoint
+-- ARGV[13]  was_letter?      ('index' only) the letter of the row's previous index entry, to
+--                             remove ('' for none)
+-- ARGV[14]  was_type?        ('index' only) and its type
 -- Returns  {event type, now, previous letter, previous type} (see piece_log.lua)
 --#include piece_clock.lua
 --#include piece_log.lua

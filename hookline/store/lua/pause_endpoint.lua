@@ -1,12 +1,12 @@
 -- Pause or resume an endpoint, in its two hashes at once.
--- KEYS[1]  hookline:{ep}:endpoint  paused_at (ms of Redis time) while paused, for listings;
---                                  pauses: JSON [[start_ms, end_ms], ...], the latest ARGV[2]
---                                  pauses (the engine leaves paused time out of max_age)
--- KEYS[2]  the hash holding the endpoint's breaker (keys.breaker_key: the endpoint's own
---          hash since the gates moved there): paused_at, what piece_held.lua reads (the
---          endpoint is held, why 'paused')
--- ARGV[1]  'pause' or 'resume'
--- ARGV[2]  most pause periods kept
+-- KEYS[1]  endpoint  hookline:{ep}:endpoint: paused_at (ms of Redis time) while paused, for
+--                    listings; pauses: JSON [[start_ms, end_ms], ...], the latest ARGV[2]
+--                    pauses (the engine leaves paused time out of max_age)
+-- KEYS[2]  breaker   the hash holding the endpoint's breaker (keys.breaker_key: the
+--                    endpoint's own hash since the gates moved there): paused_at, what
+--                    piece_held.lua reads (the endpoint is held, why 'paused')
+-- ARGV[1]  action    'pause' or 'resume'
+-- ARGV[2]  kept      most pause periods kept
 -- Returns  {'missing'} when there is no such endpoint;
 --          {'paused', since_ms, changed}: paused since since_ms; changed is 1 when this call
 --            paused it, 0 when it was paused already;

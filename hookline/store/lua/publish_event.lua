@@ -1,11 +1,12 @@
 -- Record a published event and its fan-out, once: the event (type, payload, channels,
 -- deadline), the receivers fixed now, and the fan-out's cursor (how many receivers have had
 -- their delivery enqueued). All of an application's keys share its hash tag: one slot.
--- KEYS[1]  hookline:{app:<id>}:app                the application (must exist)
--- KEYS[2]  hookline:{app:<id>}:published:<event>  the published event's record (a hash)
--- ARGV[1]  the event's content digest (type, payload, channels)
--- ARGV[2]  lifetime of the record, seconds
--- ARGV[3...]  field, value, ... of a new record (cursor '0' among them)
+-- KEYS[1]     app        hookline:{app:<id>}:app, the application (must exist)
+-- KEYS[2]     published  hookline:{app:<id>}:published:<event>, the published event's
+--                        record (a hash)
+-- ARGV[1]     digest     the event's content digest (type, payload, channels)
+-- ARGV[2]     ttl        lifetime of the record, seconds
+-- ARGV[3...]  *fields    field, value, ... of a new record (cursor '0' among them)
 -- Returns  {'missing'} (no such application), {'conflict'} (the id was published with other
 --          content), {'same', cursor, total} (published already: nothing new is recorded) or
 --          {'new', '0', total}.

@@ -2,11 +2,14 @@
 -- the broker is this Redis (the default set-up): a batch is either on the queue and counted,
 -- or neither, so a crash enqueues no delivery twice. A fan-out task that finds the cursor
 -- moved since it read it (a redelivered twin ran meanwhile) pushes nothing.
--- KEYS[1]  hookline:{app:<id>}:published:<event>  the published event's record
--- KEYS[2]  the delivery queue's list in the broker
--- KEYS[3]  the delivery queue's doorbell: wake-up tokens, one per message (at most 64)
--- ARGV[1]  the cursor the messages start at;  ARGV[2]  the total (receivers)
--- ARGV[3]  now, Unix seconds;  ARGV[4...]  the messages, in receiver order
+-- KEYS[1]     published  hookline:{app:<id>}:published:<event>, the published event's record
+-- KEYS[2]     queue      the delivery queue's list in the broker
+-- KEYS[3]     doorbell   the delivery queue's doorbell: wake-up tokens, one per message (at
+--                        most 64)
+-- ARGV[1]     cursor     the cursor the messages start at
+-- ARGV[2]     total      the total (receivers)
+-- ARGV[3]     now        now, Unix seconds
+-- ARGV[4...]  *messages  the messages, in receiver order
 -- Returns  the cursor now recorded (0 when the record is gone: expired); equal to ARGV[1]
 --          plus the number of messages when they were pushed.
 if redis.call('EXISTS', KEYS[1]) == 0 then

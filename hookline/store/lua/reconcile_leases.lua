@@ -3,10 +3,11 @@
 -- the count is mended (piece_leases.lua). When deliveries wait for the endpoint's share or cap
 -- and it has room now, a consumer is woken to take them ('w' on the doorbell, as settle.lua
 -- rings), so a count mended here moves what waited behind it at once.
--- KEYS[1]  hookline:{ep}:leases     the endpoint's leases
--- KEYS[2]  hookline:{ep}:endpoint   the endpoint hash (inflight, max_in_flight, waiting)
--- KEYS[3]  (optional, where the broker is this Redis) the delivery queue's doorbell
--- ARGV...  attempt tokens no live process holds: their leases leave
+-- KEYS[1]     leases     hookline:{ep}:leases, the endpoint's leases
+-- KEYS[2]     endpoint   hookline:{ep}:endpoint, the endpoint hash (inflight, max_in_flight,
+--                        waiting)
+-- KEYS[3]     doorbell?  (where the broker is this Redis) the delivery queue's doorbell
+-- ARGV[1...]  *tokens    attempt tokens no live process holds: their leases leave
 -- Returns  {the count before, the count after}
 --#include piece_clock.lua
 --#include piece_leases.lua

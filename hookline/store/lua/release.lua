@@ -1,24 +1,30 @@
 -- Release due retries, earliest first, in one atomic step: several releasers never release a
 -- retry twice and never lose one.
--- KEYS[1]    hookline:{schedule}:due
--- KEYS[2]    hookline:{schedule}:messages
--- KEYS[3]    hookline:{schedule}:meta
--- KEYS[4]    hookline:{schedule}:counts
--- KEYS[5]    the retry queue's list in the broker (same Redis) when ARGV[3] is 'push';
---            hookline:{schedule}:releasing (sorted set: retry id -> lease end) when 'claim'
--- KEYS[6]    the retry queue's doorbell in the broker ('push' only): a list of wake-up tokens,
---            one per released message (at most 64): each wakes one idle consumer
--- KEYS[6+i]  ('push' only) hookline:{schedule}:by_endpoint:<endpoint id of ARGV[3+i]>
--- ARGV[1]    most retries to release in this call
--- ARGV[2]    'push': most messages the retry queue may hold (retries wait here, not in the
---            queue, so first deliveries keep their share of the workers); 'claim': lease, ms
--- ARGV[3]    'push' (the broker is this Redis: push the messages onto its list) or 'claim' (the
---            broker is elsewhere: hand the messages to the caller, who pushes them and confirms)
--- ARGV[4...] ('push' only) the candidates: the earliest retry ids of the due set as the caller
---            read them just before (so that their endpoints' index keys come in KEYS), earliest
---            first. Those still scheduled and due now are released; one another releaser took
---            meanwhile is skipped and counted as stale; one due now but not among them waits
---            for the next call.
+-- KEYS[1]     due          hookline:{schedule}:due
+-- KEYS[2]     messages     hookline:{schedule}:messages
+-- KEYS[3]     meta         hookline:{schedule}:meta
+-- KEYS[4]     counts       hookline:{schedule}:counts
+-- KEYS[5]     release_to   the retry queue's list in the broker (same Redis) when ARGV[3] is
+--                          'push'; hookline:{schedule}:releasing (sorted set: retry id ->
+--                          lease end) when 'claim'
+-- KEYS[6]     doorbell?    ('push' only) the retry queue's doorbell in the broker: a list of
+--                          wake-up tokens, one per released message (at most 64): each wakes
+--                          one idle consumer
+-- KEYS[7...]  *indexes     ('push' only) hookline:{schedule}:by_endpoint:<endpoint id of
+--                          ARGV[3+i]>, the i-th of them
+-- ARGV[1]     most         most retries to release in this call
+-- ARGV[2]     limit        'push': most messages the retry queue may hold (retries wait here,
+--                          not in the queue, so first deliveries keep their share of the
+--                          workers); 'claim': lease, ms
+-- ARGV[3]     mode         'push' (the broker is this Redis: push the messages onto its list)
+--                          or 'claim' (the broker is elsewhere: hand the messages to the
+--                          caller, who pushes them and confirms)
+-- ARGV[4...]  *candidates  ('push' only) the earliest retry ids of the due set as the caller
+--                          read them just before (so that their endpoints' index keys come in
+--                          KEYS), earliest first. Those still scheduled and due now are
+--                          released; one another releaser took meanwhile is skipped and
+--                          counted as stale; one due now but not among them waits for the
+--                          next call.
 -- 'claim' leaves the claimed retries scheduled (in meta, counts and their endpoint's index)
 -- until the caller confirms them with confirm.lua; one whose lease ran out is due again.
 -- Returns  {released, next_due_ms or -1, now_ms, stale} for 'push';

@@ -2,10 +2,11 @@
 -- message is sent at once instead of waiting for the lease to run out, and give back the
 -- endpoint's in-flight count that attempt took (admit.lua). Only a lease whose token starts
 -- with the dead process's prefix is touched: an attempt of a live process keeps its own.
--- KEYS[1]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
--- KEYS[2]  hookline:{ep}:endpoint          the endpoint hash (its 'inflight' count)
--- KEYS[3]  hookline:{ep}:leases            the endpoint's leases (piece_leases.lua)
--- ARGV[1]  the dead process's attempt-token prefix
+-- KEYS[1]  record    hookline:{ep}:delivery:<event>, the event's delivery record
+--                    (piece_record.lua)
+-- KEYS[2]  endpoint  hookline:{ep}:endpoint, the endpoint hash (its 'inflight' count)
+-- KEYS[3]  leases    hookline:{ep}:leases, the endpoint's leases (piece_leases.lua)
+-- ARGV[1]  prefix    the dead process's attempt-token prefix
 -- Returns  1 when a lease was released, else 0
 --#include piece_record.lua
 local text = redis.call('GET', KEYS[1])

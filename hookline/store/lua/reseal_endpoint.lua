@@ -1,7 +1,7 @@
 -- Replace an endpoint's sealed credential fields, only if each still holds what the caller
 -- read (hookline secrets reencrypt): a concurrent save or remove wins, and is read again.
--- KEYS[1]  hookline:{ep}:endpoint (hash)
--- ARGV     field, value read, new value, field, value read, new value, ...
+-- KEYS[1]     endpoint  hookline:{ep}:endpoint (hash)
+-- ARGV[1...]  *changes  field, value read, new value, field, value read, new value, ...
 -- Returns  1 if replaced, 0 if the endpoint changed or is gone.
 if redis.call('HEXISTS', KEYS[1], 'url') == 0 then return 0 end
 for i = 1, #ARGV, 3 do

@@ -1,56 +1,74 @@
 -- Record the outcome of an admitted attempt: idempotency, breaker, Retry-After and the attempt
 -- history in one trip.
--- KEYS[1]  hookline:{ep}:endpoint        the endpoint hash, with its breaker (see admit.lua)
---                                        and its recent record: outcomes (one letter per
---                                        attempt, newest last), last_error, last_error_at,
---                                        last_error_event, last_success_at (ms of Redis time);
---                                        nothing is written there once the endpoint is removed
--- KEYS[2]  hookline:{ep}:delivery:<event>  the event's delivery record (piece_record.lua)
--- KEYS[3]  hookline:{ep}:history:<event>  list of the event's attempt records (JSON), when
---                                        they are not kept in the delivery record (ARGV[18])
--- ARGV[1]  token of the attempt
--- ARGV[2]  outcome: 'delivered', 'rejected' (the receiver answered, no retry), 'failed'
---          (retryable: counts toward the breaker), 'throttled' (429: retryable, but the
---          receiver is up, so not a breaker failure) or 'gone' (410: disable the endpoint)
--- ARGV[3]  lifetime of the delivery record from this write, seconds
--- ARGV[4]  reason stored on the endpoint when the outcome is 'gone' (with disabled_at, now
---          in Unix seconds, and disabled_by '': the worker)
--- ARGV[5]  Retry-After in milliseconds (capped by the caller), 0 for none
--- ARGV[6]  consecutive failures that open the breaker
--- ARGV[7]  first cool-down, milliseconds
--- ARGV[8]  longest cool-down, milliseconds
--- ARGV[9]  this attempt's record (JSON), '' to record nothing in the history or the recent
---          record
--- ARGV[10] event id
--- ARGV[11] this attempt's letter in the recent outcomes
--- ARGV[12] the attempt's error as the endpoint's last error ('' when delivered)
--- ARGV[13] attempt records kept per event (the latest)
--- ARGV[14] lifetime of the event's history list after this attempt, seconds (0: keep none)
--- ARGV[15] outcomes kept in the recent record
--- ARGV[16] the event's content digest, '' for none
--- ARGV[17] now, ms of Redis time (the admit's time plus the attempt's duration, as the
---          worker measured it); '' or 0 to read TIME here
--- ARGV[18] '1': the history lives in the delivery record (its lifetime, ARGV[3], is the
---          history's); '0': in KEYS[3]
--- KEYS[4]  hookline:{ep}:leases: this attempt's lease leaves it (piece_leases.lua)
--- KEYS[5]  the doorbell of the delivery queue: a 'w' token is pushed when this attempt gave
---          back an in-flight slot of an endpoint whose deliveries wait for their share while
---          a consumer blocked (its 'wake' flag, consume.lua), so one takes the next at once
--- KEYS[6]  (optional) the broker's unacked records (the broker is this Redis)
--- ARGV[19] (optional) the message's member in KEYS[6]. The fence: when it is no longer
---          there, the message was restored to another worker (this process was declared
---          dead, hookline/transport/liveness.py) and nothing of this outcome is written. When ARGV[20]
---          is '1' (the outcome is 'delivered') it is removed here, so the message is
---          acknowledged in the step that marks the event done (a round trip less per
---          delivery; hookline/transport/unacked.py)
--- ARGV[21] (optional) the delivery's ordering key, for an ordered endpoint: a delivered head
---          lets the next delivery of its key's line go (piece_order.lua), in this step
--- ARGV[22] the event log (piece_log.lua): the endpoint's prefix hookline:{ep}:, '' to log nothing
--- ARGV[23] the log shard's prefix (hookline:{log}:) where this script may touch it, else ''
--- ARGV[24] endpoint id      ARGV[25] event type      ARGV[26] the attempt's number
--- ARGV[27] its HTTP status (0: none)                 ARGV[28] the log's retention, ms
--- ARGV[29] most log rows per endpoint
---          The row's status: delivered, else retrying (a dead letter's write follows, dead)
+-- KEYS[1]   endpoint           hookline:{ep}:endpoint, the endpoint hash, with its breaker
+--                              (see admit.lua) and its recent record: outcomes (one letter
+--                              per attempt, newest last), last_error, last_error_at,
+--                              last_error_event, last_success_at (ms of Redis time); nothing
+--                              is written there once the endpoint is removed
+-- KEYS[2]   record             hookline:{ep}:delivery:<event>, the event's delivery record
+--                              (piece_record.lua)
+-- KEYS[3]   history            hookline:{ep}:history:<event>, list of the event's attempt
+--                              records (JSON), when they are not kept in the delivery record
+--                              (ARGV[18])
+-- KEYS[4]   leases             hookline:{ep}:leases: this attempt's lease leaves it
+--                              (piece_leases.lua)
+-- KEYS[5]   doorbell           the doorbell of the delivery queue: a 'w' token is pushed when
+--                              this attempt gave back an in-flight slot of an endpoint whose
+--                              deliveries wait for their share while a consumer blocked (its
+--                              'wake' flag, consume.lua), so one takes the next at once
+-- KEYS[6]   records?           the broker's unacked records (only where the broker is this
+--                              Redis and the transport folds the acknowledgement in here)
+-- ARGV[1]   token              token of the attempt
+-- ARGV[2]   outcome            'delivered', 'rejected' (the receiver answered, no retry),
+--                              'failed' (retryable: counts toward the breaker), 'throttled'
+--                              (429: retryable, but the receiver is up, so not a breaker
+--                              failure) or 'gone' (410: disable the endpoint)
+-- ARGV[3]   record_ttl         lifetime of the delivery record from this write, seconds
+-- ARGV[4]   reason             reason stored on the endpoint when the outcome is 'gone' (with
+--                              disabled_at, now in Unix seconds, and disabled_by '': the worker)
+-- ARGV[5]   retry_after_ms     Retry-After in milliseconds (capped by the caller), 0 for none
+-- ARGV[6]   breaker_threshold  consecutive failures that open the breaker
+-- ARGV[7]   cooldown_ms        first cool-down, milliseconds
+-- ARGV[8]   max_cooldown_ms    longest cool-down, milliseconds
+-- ARGV[9]   attempt_record     this attempt's record (JSON), '' to record nothing in the
+--                              history or the recent record
+-- ARGV[10]  event_id           event id
+-- ARGV[11]  letter             this attempt's letter in the recent outcomes
+-- ARGV[12]  last_error         the attempt's error as the endpoint's last error ('' when
+--                              delivered)
+-- ARGV[13]  history_attempts   attempt records kept per event (the latest)
+-- ARGV[14]  history_ttl        lifetime of the event's history list after this attempt,
+--                              seconds (0: keep none)
+-- ARGV[15]  recent_attempts    outcomes kept in the recent record
+-- ARGV[16]  digest             the event's content digest, '' for none
+-- ARGV[17]  now_ms             now, ms of Redis time (the admit's time plus the attempt's
+--                              duration, as the worker measured it); '' or 0 to read TIME here
+-- ARGV[18]  history_in_record  '1': the history lives in the delivery record (its lifetime,
+--                              ARGV[3], is the history's); '0': in KEYS[3]
+-- ARGV[19]  member             the message's member in KEYS[6], '' for none. The fence: when
+--                              it is no longer there, the message was restored to another
+--                              worker (this process was declared dead,
+--                              hookline/transport/liveness.py) and nothing of this outcome is
+--                              written. When ARGV[20] is '1' (the outcome is 'delivered') it is
+--                              removed here, so the message is acknowledged in the step that
+--                              marks the event done (a round trip less per delivery;
+--                              hookline/transport/unacked.py)
+-- ARGV[20]  acknowledge        '1' to remove the member (above), '' or '0' only to check it
+-- ARGV[21]  ordering_key       the delivery's ordering key, for an ordered endpoint ('' for
+--                              none): a delivered head lets the next delivery of its key's
+--                              line go (piece_order.lua), in this step
+-- ARGV[22]  log_prefix         the event log (piece_log.lua): the endpoint's prefix
+--                              hookline:{ep}:, '' to log nothing
+-- ARGV[23]  log_shard_prefix   the log shard's prefix (hookline:{log}:) where this script may
+--                              touch it, else ''
+-- ARGV[24]  endpoint_id        endpoint id
+-- ARGV[25]  event_type         event type
+-- ARGV[26]  attempt_number     the attempt's number
+-- ARGV[27]  status             its HTTP status (0: none)
+-- ARGV[28]  log_age_ms         the log's retention, ms
+-- ARGV[29]  log_rows           most log rows per endpoint
+--                              The row's status: delivered, else retrying (a dead letter's
+--                              write follows, dead)
 -- Returns  {held, transition, fenced, now, was, was_type}: held is 1 if this attempt still held its lease;
 --          transition is 'opened' or 'closed' when this outcome changed the breaker's state,
 --          else ''; fenced is 1 when a fence refused the outcome (nothing written): the

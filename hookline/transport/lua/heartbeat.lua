@@ -1,19 +1,23 @@
 -- One heartbeat of a consuming process (hookline/transport/liveness.py), and the declaration of the
 -- processes that stopped beating: one round trip per process every HOOKLINE_HEARTBEAT_INTERVAL, on Redis
 -- time (about eight commands).
--- KEYS[1]  hookline:workers:live   sorted set: registration token -> latest heartbeat (ms)
--- KEYS[2]  hookline:workers:dead   sorted set: token declared dead -> when (ms); a token
---                                  stays here until its messages are all restored
--- KEYS[3]  hookline:workers:slots  hash: live token -> slots (messages it may hold)
--- KEYS[4]  hookline:workers:info   hash: token -> what the process says of itself (JSON)
--- KEYS[5]  hookline:workers:clock  hash: beat (latest heartbeat of anyone, ms), resumed (when
---                                  heartbeats came back after a gap), declared, restored
--- ARGV[1]  this process's token
--- ARGV[2]  the liveness window, ms: a process whose latest heartbeat is older is dead
--- ARGV[3]  this process's slots ('' when unchanged since its last beat)
--- ARGV[4]  this process's description (JSON), written when it registers
--- ARGV[5]  '1': register (the first beat of a token); '0': an ordinary beat
--- ARGV[6]  most processes declared dead in one call
+-- KEYS[1]  live         hookline:workers:live, sorted set: registration token -> latest
+--                       heartbeat (ms)
+-- KEYS[2]  dead         hookline:workers:dead, sorted set: token declared dead -> when (ms);
+--                       a token stays here until its messages are all restored
+-- KEYS[3]  slots        hookline:workers:slots, hash: live token -> slots (messages it may
+--                       hold)
+-- KEYS[4]  info         hookline:workers:info, hash: token -> what the process says of itself
+--                       (JSON)
+-- KEYS[5]  clock        hookline:workers:clock, hash: beat (latest heartbeat of anyone, ms),
+--                       resumed (when heartbeats came back after a gap), declared, restored
+-- ARGV[1]  token        this process's token
+-- ARGV[2]  window_ms    the liveness window, ms: a process whose latest heartbeat is older is
+--                       dead
+-- ARGV[3]  own_slots    this process's slots ('' when unchanged since its last beat)
+-- ARGV[4]  description  this process's description (JSON), written when it registers
+-- ARGV[5]  register     '1': register (the first beat of a token); '0': an ordinary beat
+-- ARGV[6]  most_dead    most processes declared dead in one call
 -- Returns  {'fenced'} when this token is no longer live (it was declared dead: its messages
 --          were given to others; the caller must register anew), else
 --          {'ok', total slots of live processes, live processes, token of a dead process whose
