@@ -31,7 +31,7 @@ from hookline.core.endpoint import Endpoint
 from hookline.service.actor import Actor
 from hookline.service.endpoints import require_endpoint
 from hookline.service.pages import bounded_limit
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import ordered_ids
 from hookline.store.ordering import KeyLine, LineCounts, OrderLines, endpoint_hold
 from hookline.store.schedule import RetrySchedule

@@ -16,7 +16,7 @@ delivery -> worker -> faces``): it may use the core and the store, never the lay
 - ``envelope``: the broker message kombu's Redis transport pushes, built without a broker.
 - ``face``: the broker face, what the configured broker does beside its queues (receipts,
   the doorbell, fair waiting, ordered lines, parking, ...), for the layers above to ask.
-- ``celery_settings``, ``app``, ``compat``, ``errors``: the Celery settings (public as
+- ``celery_settings``, ``celery_app``, ``compat``, ``errors``: the Celery settings (public as
   ``hookline.celeryconfig``), the publishing app, the version fence and kombu's exceptions.
 - ``malformed``: what is not a message is kept as a dead letter, never dropped.
 - ``gauges``: the Prometheus gauges read from Redis and the broker, and the metrics servers.
