@@ -6,6 +6,6 @@ installed into a project, start the worker with ``celery -A hookline.worker work
 processes import ``hookline`` (``hookline.send_webhook``, ``hookline.deliver``), never this.
 """
 
-from hookline.worker.celery import app
+from hookline.worker import app
 
 __all__ = ["app"]

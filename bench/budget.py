@@ -52,7 +52,7 @@ STAGES: list[tuple[str, list[tuple[str, str]]]] = [
     ("logs", [("/logging/", ""), ("pythonjsonlogger", ""), ("hookline/core/logs.py", "")]),
     ("metrics", [("prometheus_client", ""), ("hookline/core/metrics.py", "")]),
     # A worker publishes nothing but its task events (retries are parked by a script).
-    ("task events", [("celery/events/", ""), ("hookline/worker/events.py", ""),
+    ("task events", [("celery/events/", ""), ("hookline/worker/task_events.py", ""),
                      ("hookline/transport/push.py", "_put"),
                      ("hookline/transport/push.py", "_put_message"),
                      ("kombu/transport/virtual/base.py", "basic_publish")]),

@@ -80,7 +80,7 @@ class Chaos:
         from hookline.store.connection import ring
         from hookline.store.endpoints import EndpointRegistry
         from hookline.transport.envelope import build_message
-        from hookline.worker.celery import app
+        from hookline.worker.celery import worker_app
 
         self.receivers[STEADY] = ReceiverProcess("examples.receiver",
                                                  options.workdir / "steady.jsonl")
@@ -110,7 +110,7 @@ class Chaos:
                 pipe = client.pipeline(transaction=False)
                 for event_id in ids[sent:sent + size]:
                     pipe.lpush("hookline", build_message(
-                        app, task_name="hookline.deliver", task_id=event_id,
+                        worker_app, task_name="hookline.deliver", task_id=event_id,
                         args=[self.events[event_id], "order.created", {"id": event_id}],
                         kwargs={"event_id": event_id}, retries=0, queue="hookline"))
                 ring(pipe, "hookline", len(ids[sent:sent + size]))  # a token per message
@@ -224,7 +224,7 @@ class Chaos:
     def restore_spool(self, client: Any) -> None:
         """Dead letters spooled to disk while Redis was down go into Redis, as an operator's
         ``hookline dlq restore-spool`` would do (workers do it on their next dead letter)."""
-        from hookline.store.deadletter import DeadLetterQueue, restore_spool
+        from hookline.store.dead_letter_queue import DeadLetterQueue, restore_spool
 
         self.spooled = restore_spool(DeadLetterQueue(client), str(self.spool_path))
 

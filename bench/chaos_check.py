@@ -18,7 +18,7 @@ import redis
 
 from bench.chaos_rate import check_rate
 from hookline.store import delivery
-from hookline.store.deadletter import DLQ_KEY, DeadLetterQueue
+from hookline.store.dead_letter_queue import DLQ_KEY, DeadLetterQueue
 from hookline.store.schedule import META_KEY
 from hookline.transport.records import UNACKED_RECORDS_KEY, held_messages
 

@@ -74,7 +74,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         # Part 7 enqueues through the benchmark's own app (and the naive task's) into this one.
         control, client = control_redis(stack, workdir)
         os.environ["BENCH_NAIVE_BROKER_URL"] = control.url
-        from hookline.worker.celery import app as celery_app
+        from hookline.worker.celery import worker_app as celery_app
 
         stack.callback(celery_app.close)
         info = machine(client)

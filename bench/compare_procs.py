@@ -152,7 +152,7 @@ class Contender:
     def messages(self, target: str, prefix: str, count: int, start: int = 0) -> list[str]:
         """Broker messages ready to push: ``target`` is an endpoint id (Hookline) or a URL."""
         from hookline.transport.envelope import build_message
-        from hookline.worker.celery import app as celery_app
+        from hookline.worker.celery import worker_app as celery_app
 
         built = []
         for n in range(start, start + count):

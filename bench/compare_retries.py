@@ -296,7 +296,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hookline-retries-") as tmp, ExitStack() as stack:
         workdir = Path(tmp)
         _, client = control_redis(stack, workdir)
-        from hookline.worker.celery import app as celery_app
+        from hookline.worker.celery import worker_app as celery_app
 
         stack.callback(celery_app.close)
         info = machine(client)

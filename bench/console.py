@@ -102,8 +102,8 @@ def seed_endpoints(count: int) -> list[str]:
 def seed_dead_letters(endpoint_ids: list[str], count: int, now: float) -> None:
     """``count`` dead letters through the queue's own transactional write (entry and every
     index together), ``BATCH`` at a time, spread over the endpoints, reasons and ``SPREAD``."""
-    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-    from hookline.store.deadletter_index import ensure_endpoint_index
+    from hookline.store.dead_letter_index import ensure_endpoint_index
+    from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 
     queue = DeadLetterQueue()
     # The queue is empty, so its per-endpoint and per-status indexes are complete: say so
@@ -177,7 +177,7 @@ def seed_retries(endpoint_ids: list[str]) -> None:
     real broker message (the schedule page decodes them)."""
     from hookline.store.schedule import RetrySchedule
     from hookline.transport.envelope import build_message
-    from hookline.worker.celery import app as celery_app
+    from hookline.worker.celery import worker_app as celery_app
 
     schedule = RetrySchedule()
     for n in range(RETRIES):
@@ -264,7 +264,7 @@ def seed(options: argparse.Namespace) -> tuple[Seeded, dict[str, float]]:
     started = time.monotonic()
     options.log_memory = seed_event_log(endpoint_ids, options.log_events, now)
     seconds["event_log"] = time.monotonic() - started
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
     from hookline.store.events import EventView
 
     middle = options.dead_letters // 2

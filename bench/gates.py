@@ -148,7 +148,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                "CELERY_WORKER_PREFETCH_MULTIPLIER": "1"}
         os.environ.update(env)  # before app is imported: its settings are read once
         from hookline.store.endpoints import EndpointRegistry
-        from hookline.worker.celery import app as celery_app
+        from hookline.worker.celery import worker_app as celery_app
 
         stack.callback(celery_app.close)
         control = redis.Redis.from_url(state.url, decode_responses=True,

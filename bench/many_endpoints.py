@@ -41,7 +41,7 @@ def evalsha_calls(client: Any) -> int:
 
 def messages(endpoints: list[str], prefix: str, count: int) -> list[str]:
     from hookline.transport.envelope import build_message
-    from hookline.worker.celery import app as celery_app
+    from hookline.worker.celery import worker_app as celery_app
 
     return [build_message(celery_app, task_name="hookline.deliver", task_id=f"{prefix}-{n}",
                           args=[endpoints[n % len(endpoints)], "bench.many", {"n": n}],

@@ -105,7 +105,7 @@ def ordered_messages(endpoint_id: str, count: int, keys: int = KEYS) -> list[str
     ``n % keys`` (the ``ordering_key`` argument, which becomes the ``hookline_okey`` header)."""
     from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME
     from hookline.transport.envelope import build_message
-    from hookline.worker.celery import app as celery_app
+    from hookline.worker.celery import worker_app as celery_app
 
     built = []
     for n in range(count):
@@ -187,7 +187,7 @@ def replace_worker(contender: Contender, workdir: Path, number: int) -> None:
 
 def under_faults(workdir: Path, receiver: OrderReceiver, events: int) -> dict[str, Any]:
     """Part 1."""
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
 
     contender = start("hookline", workdir, workers=2, name="faults", env=LIVENESS)
     try:

@@ -71,7 +71,7 @@ def hold_retries(kind: str, count: int, workdir: Path) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         if kind == "hookline":
             from hookline.store.endpoints import EndpointRegistry
-            from hookline.worker.celery import app as celery_app
+            from hookline.worker.celery import worker_app as celery_app
 
             EndpointRegistry(client).add(ENDPOINT, REFUSED_URL, retry_policy={
                 "initial_backoff": 3600, "max_backoff": 3600})
@@ -135,7 +135,7 @@ def release_speed(workdir: Path, count: int = RELEASE_COUNT) -> dict[str, Any]:
     """Part 2: park ``count`` retries due now, then time release_due(batch=500) to empty."""
     from hookline.store.schedule import RetrySchedule
     from hookline.transport.envelope import build_message
-    from hookline.worker.celery import app as celery_app
+    from hookline.worker.celery import worker_app as celery_app
 
     with ExitStack() as stack:
         _, client = private_redis(stack, "release", workdir)
@@ -175,7 +175,7 @@ def retry_timing(workdir: Path, events: int) -> dict[str, Any]:
     """Part 3: lateness of 2 s retries while ``events`` first deliveries and their retries run."""
     from examples.receiver import Receiver, Reply, fail_first
     from hookline.store.endpoints import EndpointRegistry
-    from hookline.worker.celery import app as celery_app
+    from hookline.worker.celery import worker_app as celery_app
 
     with ExitStack() as stack:
         server, client = private_redis(stack, "timing", workdir)
@@ -223,7 +223,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         # The bench process's own app (it builds broker messages) talks to this one only.
         _, client = control_redis(stack, workdir)
-        from hookline.worker.celery import app as celery_app
+        from hookline.worker.celery import worker_app as celery_app
 
         stack.callback(celery_app.close)
         stack.callback(hold_signals)

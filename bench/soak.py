@@ -264,7 +264,7 @@ class Soak:
 
     def drain(self, started: float) -> None:
         client = self.redis.quick_client()
-        from hookline.store.deadletter import DeadLetterQueue, restore_spool
+        from hookline.store.dead_letter_queue import DeadLetterQueue, restore_spool
 
         spool = self.options.workdir / "dlq-spool.jsonl"
         if spool.exists():  # dead letters spooled while Redis was away, as an operator would

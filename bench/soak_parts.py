@@ -82,7 +82,7 @@ class Receivers:
         """Of ``(event, endpoint)`` pairs, the final ones: ``delivered`` (marked done) or
         ``dead:<reason>`` (a dead letter)."""
         from hookline.store import delivery
-        from hookline.store.deadletter import DeadLetterQueue
+        from hookline.store.dead_letter_queue import DeadLetterQueue
 
         done = delivery.delivered(client, [(endpoint, event) for event, endpoint in pairs])
         found = {event: "delivered" for (event, _), ok in zip(pairs, done, strict=True) if ok}
@@ -130,7 +130,7 @@ class Plan:
         from hookline.store.connection import ring
         from hookline.store.replication import wait_for_replicas
         from hookline.transport.envelope import build_message
-        from hookline.worker.celery import app
+        from hookline.worker.celery import worker_app
 
         pipe = client.pipeline(transaction=False)
         now = time.time()
@@ -139,7 +139,7 @@ class Plan:
             if self.kinds[endpoint_id] == "ordered":
                 kwargs["ordering_key"] = f"k{int(event_id.rsplit('-', 1)[1]) % ORDERING_KEYS}"
             pipe.lpush("hookline", build_message(
-                app, task_name="hookline.deliver", task_id=event_id,
+                worker_app, task_name="hookline.deliver", task_id=event_id,
                 args=[endpoint_id, "soak.event", {"id": event_id}], kwargs=kwargs,
                 retries=0, queue="hookline"))
         ring(pipe, "hookline", len(pairs))

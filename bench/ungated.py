@@ -17,7 +17,7 @@ from typing import Any
 from hookline.core.endpoint import Endpoint
 from hookline.delivery.sender import WebhookEvent, send
 from hookline.store.endpoints import EndpointRegistry
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 
 _endpoints: dict[str, Endpoint] = {}
 _lock = threading.Lock()
@@ -33,7 +33,7 @@ def _endpoint(endpoint_id: str) -> Endpoint:
     return endpoint
 
 
-@app.task(name="bench.ungated", acks_late=True)
+@worker_app.task(name="bench.ungated", acks_late=True)
 def ungated(endpoint_id: str, event_type: str, payload: Any,
             event_id: str | None = None) -> dict[str, Any]:
     """POST one event once: no gates, no retry, no dead letter."""

@@ -52,7 +52,7 @@ from examples.receiver import DEMO_ROUTES, Receiver  # noqa: E402
 from hookline import send_webhook  # noqa: E402
 from hookline.cli.worker import processes_to_run  # noqa: E402
 from hookline.store import connection as store  # noqa: E402
-from hookline.store.deadletter import DLQ_KEY, DeadLetter, DeadLetterFilter, DeadLetterQueue  # noqa: E402
+from hookline.store.dead_letter_queue import DLQ_KEY, DeadLetter, DeadLetterFilter, DeadLetterQueue  # noqa: E402
 from hookline.store.delivery import delivered  # noqa: E402
 from hookline.store.endpoints import EndpointRegistry  # noqa: E402
 

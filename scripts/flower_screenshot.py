@@ -27,7 +27,7 @@ os.environ.update({
 from examples.receiver import Receiver, Reply, always, fail_first  # noqa: E402
 from hookline import deliver, send_webhook  # noqa: E402
 from hookline.store.endpoints import EndpointRegistry  # noqa: E402
-from hookline.worker.celery import app  # noqa: E402
+from hookline.worker.celery import worker_app  # noqa: E402
 
 COLUMNS = "name,uuid,state,args,result,received,started,runtime,worker"
 
@@ -85,7 +85,7 @@ def main() -> None:
             send_webhook(slow.id, "order.refunded", body)  # parked for 10 minutes: RETRY
             revoked = send_webhook(slow.id, "order.cancelled", body)
             time.sleep(3)
-            app.control.revoke(revoked)
+            worker_app.control.revoke(revoked)
             time.sleep(1)
             # its retry comes back now, meets the revocation: dead letter (revoked)
             from hookline.store import connection

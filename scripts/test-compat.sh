@@ -25,8 +25,8 @@ WHICH=${1:-all}
 PYTHON=${PYTHON:-python3}
 BASE=${COMPAT_DIR:-$ROOT/.compat}
 TESTS=(tests/store/test_broker.py tests/faults/test_crashes.py tests/integration/test_held.py
-       tests/integration/test_flower.py tests/integration/test_events.py
-       tests/unit/test_worker_events.py
+       tests/integration/test_flower.py tests/integration/test_task_events.py
+       tests/unit/test_worker_task_events.py
        # Django: the example project, the console mounted in it (and without its extra), the
        # outbox's web path, and a fresh project built as docs/guides/django.md says.
        tests/integration/test_django_example.py tests/integration/test_console_django.py

@@ -241,7 +241,7 @@ class Publications:
                 taken.discard(task_id)
         if not taken:
             return
-        from hookline.store.deadletter import DeadLetterQueue
+        from hookline.store.dead_letter_queue import DeadLetterQueue
         from hookline.store.gates import Gate
         from hookline.store.schedule import RetrySchedule
 

@@ -45,13 +45,13 @@ def console_command(address: str, port: int) -> None:
             raise
         raise click.ClickException("the console needs Jinja2 and Werkzeug: "
                                    "pip install 'hookline[console]'") from None
-    application: Any = standalone_app(os.environ)
+    wsgi_app: Any = standalone_app(os.environ)
     portal = bool(os.environ.get("HOOKLINE_CONSOLE_SECRET_KEY"))
     if portal:
-        application = DispatcherMiddleware(application, {PORTAL_PATH: portal_app(os.environ)})
+        wsgi_app = DispatcherMiddleware(wsgi_app, {PORTAL_PATH: portal_app(os.environ)})
     store.client().ping()
     try:
-        server = make_server(address, port, application, threaded=True,
+        server = make_server(address, port, wsgi_app, threaded=True,
                              request_handler=PortalRequestHandler)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot listen on {address} port {port}: "

@@ -41,7 +41,7 @@ from hookline.service.dead_letters import (
     lookup_id,
     require_selection,
 )
-from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import REASONS, DeadLetter, DeadLetterQueue
 
 __all__ = ["dlq", "lookup_id", "parse_age", "parse_time"]
 

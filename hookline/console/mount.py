@@ -126,7 +126,7 @@ def console_environ(mounted: Mounted) -> dict[str, Any]:
     return environ
 
 
-def call_console(app: WsgiApp, mounted: Mounted) -> Answer:
+def call_console(wsgi_app: WsgiApp, mounted: Mounted) -> Answer:
     """Run the console for one mounted request and collect its answer."""
     captured: dict[str, Any] = {}
 
@@ -134,7 +134,7 @@ def call_console(app: WsgiApp, mounted: Mounted) -> Answer:
         captured["status"], captured["headers"] = status, headers
         return lambda data: None
 
-    chunks = app(console_environ(mounted), start_response)
+    chunks = wsgi_app(console_environ(mounted), start_response)
     try:
         body = b"".join(chunks)
     finally:

@@ -34,7 +34,6 @@ from werkzeug.serving import WSGIRequestHandler
 from werkzeug.wrappers import Request, Response
 
 from hookline.console import portal_pages
-from hookline.console.app import page_templates
 from hookline.console.security import (
     SAFE_METHODS,
     SignedTokens,
@@ -43,6 +42,7 @@ from hookline.console.security import (
     secured,
 )
 from hookline.console.visit import Visit
+from hookline.console.wsgi import page_templates
 from hookline.core.env import ConfigError
 from hookline.core.errors import HooklineError, RedisUnavailable
 from hookline.service import actor as actors

@@ -22,8 +22,8 @@ from typing import Any
 
 from werkzeug.wrappers import Request
 
-from hookline.console.app import Console, make_app
 from hookline.console.security import SignedTokens, frame_ancestors_setting
+from hookline.console.wsgi import Console, make_app
 from hookline.core.env import ConfigError, raw
 from hookline.service.actor import Actor
 
@@ -120,14 +120,14 @@ class SessionCookie:
     """WSGI middleware: a request without the session cookie gets one, seen by the console at
     once (added to the request) and kept by the browser (Set-Cookie on the response)."""
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
-        self.app = app
+    def __init__(self, wsgi_app: Callable[..., Iterable[bytes]]) -> None:
+        self.wsgi_app = wsgi_app
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
         cookies = SimpleCookie(environ.get("HTTP_COOKIE", ""))
         if SESSION_COOKIE in cookies:
-            return self.app(environ, start_response)
+            return self.wsgi_app(environ, start_response)
         value = secrets.token_urlsafe(24)
         present = environ.get("HTTP_COOKIE", "")
         environ = {**environ, "HTTP_COOKIE": f"{present}; {SESSION_COOKIE}={value}".lstrip("; ")}
@@ -138,7 +138,7 @@ class SessionCookie:
         def with_cookie(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
             return start_response(status, [*headers, ("Set-Cookie", cookie)], *rest)
 
-        return self.app(environ, with_cookie)
+        return self.wsgi_app(environ, with_cookie)
 
 
 def standalone_app(env: Mapping[str, str], *, mount_prefix: str = "") -> SessionCookie:

@@ -132,7 +132,7 @@ class Visit:
 
 class Routes:
     """A page module's pages: ``@routes.get("/endpoints")`` registers a page under the name
-    ``"<module>.<function>"`` for :class:`~hookline.console.app.Console` to route."""
+    ``"<module>.<function>"`` for :class:`~hookline.console.wsgi.Console` to route."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -36,7 +36,6 @@ from urllib.parse import urlencode
 from flask import Blueprint, Flask, Response, abort, current_app, request
 from werkzeug.wrappers import Request
 
-from hookline.console.app import make_app
 from hookline.console.mount import (
     Mounted,
     WsgiApp,
@@ -48,6 +47,7 @@ from hookline.console.mount import (
 )
 from hookline.console.security import Csrf, HostCsrf, SignedTokens
 from hookline.console.standalone import SESSION_COOKIE, SessionCookie
+from hookline.console.wsgi import make_app
 from hookline.service.actor import Actor
 
 __all__ = ["console_blueprint"]

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Iterable
 
 from hookline.core.logs import log_event
-from hookline.delivery.publisher import celery_app
+from hookline.delivery.publisher import publishing_app
 
 #: Seconds to connect to the broker and to wait for it: Flower's view is not worth more.
 TIMEOUT = 2.0
@@ -33,18 +33,19 @@ def dead_lettered(tasks: Iterable[tuple[str, str]]) -> int:
     """Send ``task-failed`` for each ``(task id, reason)``; returns how many were sent (0 when
     task events are off or the broker did not take them). Never raises."""
     tasks = [(task_id, reason) for task_id, reason in tasks if task_id]
-    app = celery_app()
-    if not tasks or not app.conf.worker_send_task_events:
+    celery_app = publishing_app()
+    if not tasks or not celery_app.conf.worker_send_task_events:
         return 0
     try:
-        connection = app.connection_for_write(
+        connection = celery_app.connection_for_write(
             connect_timeout=TIMEOUT,
             transport_options={"socket_connect_timeout": TIMEOUT, "socket_timeout": TIMEOUT,
                                "max_retries": 0})
         with connection:
             connection.ensure_connection(max_retries=1)
-            with app.events.Dispatcher(connection, hostname=hostname(), buffer_group=["task"],
-                                       buffer_limit=len(tasks) + 1) as dispatcher:
+            with celery_app.events.Dispatcher(connection, hostname=hostname(),
+                                              buffer_group=["task"],
+                                              buffer_limit=len(tasks) + 1) as dispatcher:
                 for task_id, reason in tasks:
                     outcome = repr({"outcome": "dead_lettered", "reason": reason})
                     dispatcher.send("task-failed", uuid=task_id, exception=outcome,

@@ -28,10 +28,10 @@ from hookline.core.identity import content_digest
 from hookline.core.logs import log_event
 from hookline.core.operational_events import OperationalEvent
 from hookline.core.policy import Outcome, classify, parse_retry_after, retry_countdown
-from hookline.delivery import reporting as operational
+from hookline.delivery import reporting
 from hookline.delivery.retries import UNREADABLE_JITTER, UNREADABLE_LOOK, dead_letter_scheduled
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Admission, Gate, Receipt, Settlement, Verdict
 from hookline.store.history import AttemptRecord, excerpt
@@ -180,7 +180,7 @@ class DeliveryEngine:
         self._clock = clock
         self._rng = rng or random.Random()
         self._on_gone = on_gone or _dead_letter_gone
-        self._report = on_operational or operational.report
+        self._report = on_operational or reporting.report
 
     def attempt(self, request: DeliveryRequest, *, token: str,
                 receipt: Receipt | None = None) -> AttemptOutcome:
@@ -325,7 +325,7 @@ class DeliveryEngine:
                               reason="endpoint_gone")
             log_event("endpoint.disabled", level=logging.WARNING, endpoint_id=endpoint.id,
                       reason="gone", status=410)
-            self._report(operational.endpoint_disabled(
+            self._report(reporting.endpoint_disabled(
                 endpoint.id, reason="gone", detail=GONE_REASON, status=410,
                 since=endpoint.updated_at))
             finished = self.dead_letter(request, "endpoint_gone", result=result, at=ended)
@@ -352,7 +352,7 @@ class DeliveryEngine:
         elif settlement.transition == "closed":
             log_event("breaker.closed", endpoint_id=endpoint.id, event_id=request.event_id)
         if settlement.transition in ("opened", "closed"):
-            self._report(operational.breaker_changed(
+            self._report(reporting.breaker_changed(
                 endpoint.id, opened=settlement.transition == "opened",
                 event_id=request.event_id, attempt=request.attempts))
         if retry_after and not settlement.fenced:
@@ -435,7 +435,7 @@ class DeliveryEngine:
                   attempt=request.attempts, status=result.status if result else None,
                   detail=detail or None)
         metrics.count_outcome(request.endpoint_id, "dead_lettered", reason, registered=registered)
-        self._report(operational.dead_lettered(
+        self._report(reporting.dead_lettered(
             request.endpoint_id, request.event_id, request.event_type, reason,
             attempts=request.attempts, first_attempt_at=request.first_attempt_at))
         return Finished("dead_lettered", reason=reason, status=result.status if result else None)

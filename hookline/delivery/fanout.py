@@ -30,7 +30,7 @@ from hookline.core import tracing
 from hookline.core.config import Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, FANOUT_TASK_NAME, shown_args
-from hookline.delivery.publisher import celery_app, enqueue_delivery
+from hookline.delivery.publisher import enqueue_delivery, publishing_app
 from hookline.store.fanouts import FanoutLog, PublishedEvent
 from hookline.transport.envelope import DeliveryMessages
 
@@ -40,9 +40,9 @@ FANOUT_BATCH = 500
 
 def enqueue_fanout(app_id: str, event_id: str) -> Any:
     """Publish the fan-out task of a recorded event; its arguments are ids only."""
-    return celery_app().send_task(FANOUT_TASK_NAME, args=(app_id, event_id),
-                                  task_id=f"fanout:{app_id}/{event_id}", queue=DELIVERY_QUEUE,
-                                  headers=tracing.message_headers())
+    return publishing_app().send_task(FANOUT_TASK_NAME, args=(app_id, event_id),
+                                      task_id=f"fanout:{app_id}/{event_id}", queue=DELIVERY_QUEUE,
+                                      headers=tracing.message_headers())
 
 
 #: Seconds a published event's fan-out may take to be queued and run before a releaser looks
@@ -101,7 +101,7 @@ def enqueue_lined(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size:
     """The deliveries to the event's ordered receivers, enqueued now, then recorded so: each
     joins its key's line in the order the events were published (``hookline.publish`` calls
     this before it returns; the fan-out task only when a publisher died first)."""
-    with celery_app().producer_or_acquire() as producer:
+    with publishing_app().producer_or_acquire() as producer:
         _enqueue_batch(producer, event, event.lined, payload, size)
     fanouts.mark_lined(event.app_id, event.event_id)
 
@@ -116,7 +116,7 @@ def pushed_by_script(config: Settings) -> bool:
 
 def _push_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int,
                   batch: int) -> int:
-    messages = DeliveryMessages(celery_app(), event, payload, size)
+    messages = DeliveryMessages(publishing_app(), event, payload, size)
     total, cursor, enqueued = len(event.receivers), event.cursor, 0
     while cursor < total:
         chunk = event.receivers[cursor:cursor + batch]
@@ -132,7 +132,7 @@ def _push_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size:
 def _publish_batches(fanouts: FanoutLog, event: PublishedEvent, payload: Any, size: int,
                      batch: int) -> int:
     total, cursor, enqueued = len(event.receivers), event.cursor, 0
-    with celery_app().producer_or_acquire() as producer:
+    with publishing_app().producer_or_acquire() as producer:
         while cursor < total:
             chunk = event.receivers[cursor:cursor + batch]
             _enqueue_batch(producer, event, chunk, payload, size)

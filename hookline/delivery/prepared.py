@@ -12,7 +12,7 @@ from hookline.core import tracing
 from hookline.core.config import settings
 from hookline.core.errors import EventIdConflict, UnregisteredEndpoint, WebhookInputError
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME, shown_args, stamped
-from hookline.delivery.publisher import celery_app, enqueue_delivery
+from hookline.delivery.publisher import enqueue_delivery, publishing_app
 from hookline.store import connection as store
 from hookline.store.identity import CLAIM_HEADER, Claim, ClaimRefused, claim_keys
 from hookline.store.keys import doorbell_key
@@ -87,28 +87,28 @@ def enqueue_prepared_many(events: Sequence[PreparedEvent]) -> list[WebhookInputE
         return []
     if not (pushed_by_script(config) and not config.state_is_cluster):
         return [refusal_of(partial(enqueue_prepared, event)) for event in events]
-    app = celery_app()
+    celery_app = publishing_app()
     client = store.client()
     script = client.register_script(store.load_script("claim_push"))
     queue_keys = [DELIVERY_QUEUE, doorbell_key(DELIVERY_QUEUE)]
     pipe = client.pipeline(transaction=False)
     for event in events:
         script(keys=[*claim_keys(event.endpoint_id, event.event_id), *queue_keys],
-               args=[event.digest, config.record_ttl, _message(app, event)], client=pipe)
+               args=[event.digest, config.record_ttl, _message(celery_app, event)], client=pipe)
     verdicts = pipe.execute()
     return [refusal_of(partial(raise_refused, Claim(_text(verdict)), event.endpoint_id,
                              event.event_id))
             for verdict, event in zip(verdicts, events, strict=True)]
 
 
-def _message(app: Any, event: PreparedEvent) -> str:
+def _message(celery_app: Any, event: PreparedEvent) -> str:
     """The message :func:`enqueue_prepared` would have kombu push, claim header included."""
     from hookline.transport.envelope import build_message
 
     kwargs = stamped({"event_id": event.event_id, "deadline": event.deadline,
                       **({"ordering_key": event.ordering_key} if event.ordering_key else {})})
     return build_message(
-        app, task_name=TASK_NAME, task_id=event.event_id,
+        celery_app, task_name=TASK_NAME, task_id=event.event_id,
         args=(event.endpoint_id, event.event_type, event.payload), kwargs=kwargs, retries=0,
         queue=DELIVERY_QUEUE,
         argsrepr=shown_args(event.endpoint_id, event.event_type, None, size=event.size),

@@ -1,7 +1,7 @@
 """Publishing deliveries by task name, from any process: a web request's ``send_webhook``, the
 ``deliver`` handle, a replay.
 
-They go through the transport's publishing app (``hookline.transport.app.celery_app``: it
+They go through the transport's publishing app (``hookline.transport.celery_app.publishing_app``: it
 only publishes, and is never the process's current app); the message names the task
 (``hookline.deliver``) and the worker that consumes it knows the rest.
 """
@@ -19,11 +19,11 @@ from hookline.core.messages import (
     delivery_headers,
     stamped,
 )
-from hookline.transport.app import celery_app, claims_on_publish
 from hookline.transport.bounded import bounded
+from hookline.transport.celery_app import claims_on_publish, publishing_app
 from hookline.transport.errors import EncodeError
 
-__all__ = ["DeliverHandle", "celery_app", "claims_on_publish", "deliver", "enqueue_delivery"]
+__all__ = ["DeliverHandle", "claims_on_publish", "deliver", "enqueue_delivery", "publishing_app"]
 
 
 def enqueue_delivery(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] | None = None,
@@ -39,8 +39,8 @@ def enqueue_delivery(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any] |
     args = tuple(args)  # argsrepr/kwargsrepr (the payload's size): hookline.transport.amqp
     headers = {**tracing.message_headers(), **options.pop("headers", {}),
                **delivery_headers(args, kwargs, task_id)}
-    return celery_app().send_task(TASK_NAME, args=args, kwargs=kwargs, task_id=task_id,
-                                  queue=queue, headers=headers, **options)
+    return publishing_app().send_task(TASK_NAME, args=args, kwargs=kwargs, task_id=task_id,
+                                      queue=queue, headers=headers, **options)
 
 
 class DeliverHandle:

@@ -17,8 +17,8 @@ from hookline.core.event import INVALID_ENDPOINT, validate_event
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE, TASK_NAME
 from hookline.core.policy import parse_rate
-from hookline.delivery.publisher import celery_app, enqueue_delivery
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.delivery.publisher import enqueue_delivery, publishing_app
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.schedule import RetrySchedule, ScheduleFull
 
 #: A replay of more entries than this is throttled even without an explicit rate.
@@ -158,7 +158,7 @@ def _ordering(entry: DeadLetter) -> dict[str, Any]:
 def _park(entry: DeadLetter, countdown: float) -> None:
     """Put ``entry``'s event in the retry schedule as a first delivery due in ``countdown``."""
     message = build_message(
-        celery_app(), task_name=TASK_NAME, task_id=str(uuid.uuid4()),
+        publishing_app(), task_name=TASK_NAME, task_id=str(uuid.uuid4()),
         args=[entry.endpoint_id, entry.event_type, entry.payload],
         # The event's own publish time: the body is the one first sent.
         kwargs={"event_id": entry.event_id, "enqueued_at": _published(entry) or time.time(),

@@ -42,9 +42,9 @@ from typing import Any
 
 from hookline.core.logs import log_event
 from hookline.core.messages import DELIVERY_QUEUE
-from hookline.delivery.publisher import celery_app
+from hookline.delivery.publisher import publishing_app
 from hookline.delivery.replay import _enqueue, _park, invalid_entries  # one replay, one way
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.replay_jobs import CONTINUATIONS, ReplayJob, ReplayJobs, SnapshotEntry
 from hookline.store.schedule import RetrySchedule, ScheduleFull
 from hookline.transport.envelope import build_message
@@ -66,9 +66,9 @@ POLL = 0.5
 
 def enqueue_replay_job(job_id: str) -> Any:
     """Publish the task that runs job ``job_id`` (its argument: the id only)."""
-    return celery_app().send_task(REPLAY_JOB_TASK_NAME, args=(job_id,),
-                                  task_id=f"replay-job:{job_id}:{uuid.uuid4().hex[:8]}",
-                                  queue=DELIVERY_QUEUE)
+    return publishing_app().send_task(REPLAY_JOB_TASK_NAME, args=(job_id,),
+                                      task_id=f"replay-job:{job_id}:{uuid.uuid4().hex[:8]}",
+                                      queue=DELIVERY_QUEUE)
 
 
 class JobRunner:
@@ -137,7 +137,7 @@ class JobRunner:
         """Park the job's next run (this task again) in the retry schedule, due in
         ``countdown`` seconds; False when the full schedule refuses it."""
         message = build_message(
-            celery_app(), task_name=REPLAY_JOB_TASK_NAME,
+            publishing_app(), task_name=REPLAY_JOB_TASK_NAME,
             task_id=f"replay-job:{self.job_id}:{uuid.uuid4().hex[:8]}", args=[self.job_id],
             kwargs={}, retries=0, queue=DELIVERY_QUEUE)
         try:

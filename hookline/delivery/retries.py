@@ -27,7 +27,7 @@ from hookline.core.messages import RETRY_QUEUE, TASK_NAME, shown_args
 from hookline.core.policy import parse_rate
 from hookline.delivery import reporting
 from hookline.store.connection import redis_time
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import PAUSE_PARK, EndpointRegistry
 from hookline.store.ordering import OrderLines
 from hookline.store.schedule import RetrySchedule

@@ -50,7 +50,7 @@ from hookline.delivery.publisher import claims_on_publish
 from hookline.delivery.publishing import publish
 from hookline.outbox import sql
 from hookline.outbox.database import Database, database_from_environment
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.identity import claims
 from hookline.transport.errors import OperationalError
 

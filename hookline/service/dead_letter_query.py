@@ -19,8 +19,8 @@ from typing import Any
 from hookline.core.errors import InvalidField
 from hookline.core.event import ENDPOINT_ID_PATTERN, recorded_id
 from hookline.core.times import format_time_param, parse_time
-from hookline.store.deadletter import REASONS, DeadLetterFilter
-from hookline.store.deadletter_index import Position
+from hookline.store.dead_letter_index import Position
+from hookline.store.dead_letter_queue import REASONS, DeadLetterFilter
 
 #: The orders a listing can be read in.
 ORDERS = ("oldest", "newest")

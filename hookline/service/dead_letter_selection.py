@@ -52,9 +52,9 @@ from hookline.service.dead_letters import (
 )
 from hookline.service.pages import MAX_LIMIT
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.deadletter_index import endpoint_of
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_index import endpoint_of
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import registered_ids
 
 #: The longest entry id a form may name (an endpoint id, a slash, a recorded event id).

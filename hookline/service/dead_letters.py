@@ -68,10 +68,10 @@ from hookline.service.dead_letter_query import (  # noqa: F401 (the faces find t
 )
 from hookline.service.endpoints import require_known_endpoint
 from hookline.service.pages import Page, bounded_limit
-from hookline.store import deadletter as store
-from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterQueue  # noqa: F401
-from hookline.store.deadletter_index import endpoint_of, reindex_shard
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store import dead_letter_queue as store
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_index import endpoint_of, reindex_shard
+from hookline.store.dead_letter_queue import REASONS, DeadLetter, DeadLetterQueue  # noqa: F401
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.history import AttemptHistory
 from hookline.store.ordering import OrderLines

@@ -32,7 +32,7 @@ from hookline.core.event import ENDPOINT_ID_PATTERN
 from hookline.core.times import format_time_param, parse_time
 from hookline.service.actor import Actor, NotFound
 from hookline.service.pages import bounded_limit
-from hookline.store.deadletter_index import Position
+from hookline.store.dead_letter_index import Position
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.event_log import STATUSES as STATUSES  # re-exported for the faces
 from hookline.store.event_log import LogRow, log_key

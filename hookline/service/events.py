@@ -43,8 +43,8 @@ from hookline.service.actor import Actor, NotFound
 from hookline.service.dead_letters import NotReplayable as NotReplayable  # re-exported
 from hookline.service.endpoints import require_endpoint, require_known_endpoint
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetter
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_queue import CONFLICT_SUFFIX, DeadLetter
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.events import EventDelivery, EventView
 from hookline.store.fanouts import FanoutLog, PublishedEvent

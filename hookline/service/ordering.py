@@ -33,7 +33,7 @@ from hookline.service.endpoints import require_endpoint
 from hookline.service.pages import bounded_limit
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import ordered_ids
 from hookline.store.ordering import KeyLine, LineCounts, OrderLines
 from hookline.store.schedule import RetrySchedule

@@ -33,9 +33,9 @@ from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
 from hookline.service.dead_letters import DeadLetterQuery, scope_endpoints
 from hookline.store import delivery
-from hookline.store.deadletter import DeadLetterQueue
-from hookline.store.deadletter_index import Position, endpoint_of
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_index import Position, endpoint_of
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.replay_jobs import ReplayJob, ReplayJobs, SnapshotEntry
 

@@ -38,7 +38,7 @@ from hookline.service.schedule import schedule_stats
 from hookline.store import connection as store
 from hookline.store import keys
 from hookline.store.connection import bounded_options, redis_for
-from hookline.store.deadletter import DeadLetterQueue, DeadLetterStats
+from hookline.store.dead_letter_queue import DeadLetterQueue, DeadLetterStats
 from hookline.store.gates import BreakerStatus, Gate
 from hookline.store.schedule import ScheduleStats
 from hookline.transport.liveness import registry

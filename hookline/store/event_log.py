@@ -198,7 +198,7 @@ class EventLog:
         pipe.execute()
 
     def record_dead(self, entries: Sequence[Any], *, pipe: Any = None) -> None:
-        """Log dead letters (``deadletter.DeadLetter``: endpoint, event, type, attempts, last
+        """Log dead letters (``dead_letter_queue.DeadLetter``: endpoint, event, type, attempts, last
         status) as dead: queued on ``pipe``, a transaction on a single Redis (the dead letter's
         own, so both are one step), else each in a call of its own (a Redis Cluster). A
         ``conflict`` (another content under a bound id, not sent) is not the event's fate."""

@@ -1,6 +1,6 @@
 """The event log read a page at a time, newest change first (``hookline.store.event_log``
 writes it): filtered by endpoints, event type prefix, status and time window, resumed after a
-:class:`~hookline.store.deadletter_index.Position` (the row's time in ms and
+:class:`~hookline.store.dead_letter_index.Position` (the row's time in ms and
 ``<endpoint>/<event>``: the indexes order equal times by member, so a page resumes exactly
 after the last row shown, even when that row changed or went since).
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from hookline.core.config import settings
 from hookline.store import connection as store
-from hookline.store.deadletter_index import Position
+from hookline.store.dead_letter_index import Position
 from hookline.store.event_log import (
     STATUSES,
     LogRow,

@@ -11,7 +11,7 @@ from typing import Any
 
 from hookline.core.config import settings
 from hookline.store import connection as store
-from hookline.store.deadletter import CONFLICT_SUFFIX, DeadLetter
+from hookline.store.dead_letter_queue import CONFLICT_SUFFIX, DeadLetter
 from hookline.store.delivery import DeliveryRecord
 from hookline.store.history import AttemptRecord, attempt_records
 from hookline.store.keys import (

@@ -13,7 +13,7 @@ delivery -> worker -> faces``): it may use the core and the store, never the lay
 - ``liveness``: each consuming process's heartbeat, and the restore of a dead one's messages.
 - ``amqp``, ``rabbitmq``: what Celery puts on the wire and shows Flower; RabbitMQ as broker.
 - ``envelope``: the broker message kombu's Redis transport pushes, built without a broker.
-- ``celery_settings``, ``app``, ``compat``, ``errors``: the Celery settings (public as
+- ``celery_settings``, ``celery_app``, ``compat``, ``errors``: the Celery settings (public as
   ``hookline.celeryconfig``), the publishing app, the version fence and kombu's exceptions.
 - ``malformed``: what is not a message is kept as a dead letter, never dropped.
 - ``gauges``: the Prometheus gauges read from Redis and the broker, and the metrics servers.

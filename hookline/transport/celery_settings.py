@@ -80,7 +80,7 @@ def broker_settings(config: Settings, *, confirm_publish: bool = True) -> dict[s
     }
     if broker_is_amqp(config.broker_url):
         # RabbitMQ: publisher confirms, so a publish (send_webhook, a released retry: both
-        # through the publishing app, hookline/transport/app.py) returns only once the
+        # through the publishing app, hookline/transport/celery_app.py) returns only once the
         # broker has the message. The Redis options above mean nothing here.
         values["broker_transport_options"] = {"confirm_publish": confirm_publish}
         values["broker_transport"] = None  # kombu's py-amqp transport, from the URL's scheme
@@ -136,7 +136,7 @@ def _use_transport(values: dict[str, Any], transport: str, kind: str, *,
 
 # The worker's own app publishes only task events (Flower's): they need no publisher confirm,
 # and waiting for one from a pool thread is what the heartbeat note above is about. The
-# publishing app (deliveries, released retries: hookline/transport/app.py) has them.
+# publishing app (deliveries, released retries: hookline/transport/celery_app.py) has them.
 try:
     _broker = broker_settings(settings(), confirm_publish=False)
     #: CELERY_WORKER_* from the environment, each checked (hookline.core.variables).

@@ -61,11 +61,11 @@ REQUIRED_NAMES = {
         "send_event", "argsrepr", "kwargsrepr", "_request_dict", "_args", "_kwargs",
     ),
     "celery.app.amqp:AMQP": ("as_task_v2", "Connection"),
-    # The worker's task-event dispatcher (hookline/worker/events.py).
+    # The worker's task-event dispatcher (hookline/worker/task_events.py).
     "celery.app.events:Events": ("dispatcher_cls",),
     "celery.events.dispatcher:EventDispatcher": ("flush", "_publish", "send", "extend_buffer"),
     "kombu.connection:Connection": ("resolve_aliases",),
-    # The publishing app's backend, found without reading entry points (transport/app.py).
+    # The publishing app's backend, found without reading entry points (transport/celery_app.py).
     "celery.app.base:Celery": ("_get_backend", "backend_cls"),
 }
 

@@ -23,8 +23,8 @@ from hookline.core.tracing import message_headers
 from hookline.store.fanouts import PublishedEvent
 
 
-def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: dict[str, Any],
-                  retries: int, queue: str, parent_id: str | None = None,
+def build_message(celery_app: Any, *, task_name: str, task_id: str, args: Any,
+                  kwargs: dict[str, Any], retries: int, queue: str, parent_id: str | None = None,
                   root_id: str | None = None, argsrepr: str | None = None,
                   headers: dict[str, Any] | None = None) -> str:
     """The message kombu's Redis transport would push for this task onto ``queue``, as JSON.
@@ -35,7 +35,7 @@ def build_message(app: Any, *, task_name: str, task_id: str, args: Any, kwargs: 
     task. Built here rather than through a producer: no broker connection is needed, so a
     retry can be built (and parked) without one.
     """
-    made, properties, body, _ = app.amqp.create_task_message(
+    made, properties, body, _ = celery_app.amqp.create_task_message(
         task_id, task_name, args, kwargs, retries=retries, parent_id=parent_id, root_id=root_id,
         argsrepr=argsrepr,
     )
@@ -72,8 +72,8 @@ class DeliveryMessages:
     so they are that message's JSON text with those filled in: a tenth of building each one
     through Celery."""
 
-    def __init__(self, app: Any, event: PublishedEvent, payload: Any, size: int) -> None:
-        self.event, self.size, self.app, self.payload = event, size, app, payload
+    def __init__(self, celery_app: Any, event: PublishedEvent, payload: Any, size: int) -> None:
+        self.event, self.size, self.celery_app, self.payload = event, size, celery_app, payload
         self.trace = message_headers()  # the publish's or the fan-out task's trace context
         # An id or type holding a stand-in's text would be filled in too: build those whole.
         self.whole = "@@hookline-" in event.event_id + event.event_type
@@ -81,7 +81,8 @@ class DeliveryMessages:
                                **({"ordering_key": event.ordering_key}
                                   if event.ordering_key else {})})
         template = json.loads(build_message(
-            app, task_name=TASK_NAME, task_id=_TASK_ID, args=(_ENDPOINT, event.event_type, payload),
+            celery_app, task_name=TASK_NAME, task_id=_TASK_ID,
+            args=(_ENDPOINT, event.event_type, payload),
             kwargs=self.kwargs, retries=0, queue=DELIVERY_QUEUE, argsrepr=_ARGSREPR,
             headers=self.trace))
         _args, kwargs, embed = json.loads(base64.b64decode(template["body"]))
@@ -101,7 +102,7 @@ class DeliveryMessages:
         argsrepr = shown_args(endpoint_id, self.event.event_type, None, size=self.size)
         if self.whole:
             return build_message(
-                self.app, task_name=TASK_NAME, task_id=task_id,
+                self.celery_app, task_name=TASK_NAME, task_id=task_id,
                 args=(endpoint_id, self.event.event_type, self.payload), kwargs=self.kwargs,
                 retries=0, queue=DELIVERY_QUEUE, argsrepr=argsrepr, headers=self.trace)
         body = f"[[{json_dumps(endpoint_id)}, {self.body_tail}"

@@ -39,7 +39,7 @@ from hookline.core.config import Settings, settings
 from hookline.core.metrics import BREAKER_STATES, QUEUES
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import ordered_ids, registered_ids
 from hookline.store.ordering import OrderLines
 from hookline.store.schedule import RetrySchedule

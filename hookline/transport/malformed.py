@@ -16,7 +16,7 @@ from typing import Any
 
 from hookline.core import redact
 from hookline.core.logs import log_event
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 
 #: Raw body text kept in the dead letter.
 RAW_BODY_LIMIT = 4096

@@ -47,19 +47,19 @@ def _errors(connection: Any) -> tuple[type[BaseException], ...]:
 
 
 class RabbitBroker:
-    """Hookline's queues on RabbitMQ, through ``app``'s connection and producer pools.
+    """Hookline's queues on RabbitMQ, through ``celery_app``'s connection and producer pools.
 
-    :param app: the Celery app whose broker is RabbitMQ (default: the publishing app,
-        ``hookline.transport.app.celery_app()``).
+    :param celery_app: the Celery app whose broker is RabbitMQ (default: the publishing app,
+        ``hookline.transport.celery_app.publishing_app()``).
     :param config: settings, for the queue declarations (default: the process's).
     """
 
-    def __init__(self, app: Any = None, config: Settings | None = None) -> None:
+    def __init__(self, celery_app: Any = None, config: Settings | None = None) -> None:
         from hookline.core.config import settings
-        from hookline.transport.app import celery_app
+        from hookline.transport.celery_app import publishing_app
         from hookline.transport.celery_settings import hookline_queues
 
-        self.app = app or celery_app()
+        self.celery_app = celery_app or publishing_app()
         self.queues = {queue.name: queue for queue in hookline_queues(config or settings())}
 
     def publish_released(self, queue: str, messages: list[str]) -> int:
@@ -68,7 +68,7 @@ class RabbitBroker:
         failure part-way raises :class:`BrokerUnavailable` after the ones before it."""
         declared = self.queues.get(queue) or Queue(queue)
         done = 0
-        with self.app.producer_pool.acquire(block=True, timeout=BROKER_TIMEOUT) as producer:
+        with self.celery_app.producer_pool.acquire(block=True, timeout=BROKER_TIMEOUT) as producer:
             errors = _errors(producer.connection)
             try:
                 for message in messages:
@@ -98,7 +98,7 @@ class RabbitBroker:
     def depths(self, queues: Iterable[str]) -> dict[str, int]:
         """Ready messages in each queue (0 for a queue not declared yet)."""
         depths: dict[str, int] = {}
-        with self.app.pool.acquire(block=True, timeout=BROKER_TIMEOUT) as connection:
+        with self.celery_app.pool.acquire(block=True, timeout=BROKER_TIMEOUT) as connection:
             errors = _errors(connection)
             try:
                 connection.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT)

@@ -28,11 +28,11 @@ from hookline.core.logs import configure_worker_logging, log_event
 from hookline.core.messages import RETRY_QUEUE
 from hookline.transport import compat
 from hookline.transport.liveness import stop_process_liveness
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 
 
 def _ours(sender: Any) -> bool:
-    return getattr(sender, "app", None) is app
+    return getattr(sender, "app", None) is worker_app
 
 
 @worker_init.connect

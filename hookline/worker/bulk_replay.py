@@ -17,12 +17,12 @@ import redis
 from kombu.exceptions import OperationalError
 
 from hookline.delivery.replay_job import REPLAY_JOB_TASK_NAME, run_replay_job
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 
 
-@app.task(bind=True, name=REPLAY_JOB_TASK_NAME, shared=False, acks_late=True,
-          autoretry_for=(redis.RedisError, OperationalError), retry_backoff=True,
-          retry_backoff_max=60, max_retries=None)
+@worker_app.task(bind=True, name=REPLAY_JOB_TASK_NAME, shared=False, acks_late=True,
+                 autoretry_for=(redis.RedisError, OperationalError), retry_backoff=True,
+                 retry_backoff_max=60, max_retries=None)
 def replay_job(self: Any, job_id: str) -> dict[str, Any]:
     """Replay the dead letters of bulk replay job ``job_id`` that are due now, batch by
     batch; the state is ``waiting`` when the rest is parked for later."""

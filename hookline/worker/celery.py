@@ -11,16 +11,16 @@ from celery import Celery
 
 from hookline.core.messages import TASK_NAME
 from hookline.transport.amqp import AMQP_CLASS
-from hookline.worker.events import EVENTS_CLASS
+from hookline.worker.task_events import EVENTS_CLASS
 
 # fixups=[]: Celery would otherwise set up a Django project named by DJANGO_SETTINGS_MODULE in
 # the environment, which is the host's business, not Hookline's worker's. amqp: the payload's
 # size, not its content, in task events; the broker's URL as redis:// for Flower. events: a
-# task-event dispatcher that loses no event under the threads pool (hookline.worker.events).
-app = Celery("hookline", set_as_current=False, include=["hookline.worker.tasks"], fixups=[],
-             amqp=AMQP_CLASS, events=EVENTS_CLASS)
-app.config_from_object("hookline.celeryconfig")
+# task-event dispatcher that loses no event under the threads pool (hookline.worker.task_events).
+worker_app = Celery("hookline", set_as_current=False, include=["hookline.worker.tasks"], fixups=[],
+                    amqp=AMQP_CLASS, events=EVENTS_CLASS)
+worker_app.config_from_object("hookline.celeryconfig")
 # The worker's start-up glue: version check, releaser, metrics server, JSON logs.
-app.conf.imports = ("hookline.worker.boot",)
+worker_app.conf.imports = ("hookline.worker.boot",)
 
-__all__ = ["TASK_NAME", "app"]
+__all__ = ["TASK_NAME", "worker_app"]

@@ -28,7 +28,7 @@ class HooklineConsumer(Consumer):
     worker's CPU. Here the buffer goes out at most every ``HOOKLINE_EVENTS_FLUSH_INTERVAL``
     seconds (0.1) after its first event, or when it holds the buffer limit (256 events; Celery: 24),
     as one ``task.multi`` message, which Flower reads the same way; and at shutdown, once the
-    running tasks are done. See hookline/worker/events.py for what keeps every event and one
+    running tasks are done. See hookline/worker/task_events.py for what keeps every event and one
     thread's order.
     """
 

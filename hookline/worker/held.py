@@ -72,4 +72,4 @@ class HeldEndpoints:
 
 
 #: This process's memory of held endpoints (the delivery task's).
-HELD = HeldEndpoints()
+HELD_ENDPOINTS = HeldEndpoints()

@@ -44,9 +44,9 @@ from hookline.delivery.retries import dead_letter_unexpected
 from hookline.transport.liveness import process_liveness
 from hookline.transport.receipt import receipt_for, wait_for_share
 from hookline.worker import bulk_replay  # noqa: F401 (its task loads with these)
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 from hookline.worker.health import install as count_health
-from hookline.worker.held import HELD
+from hookline.worker.held import HELD_ENDPOINTS
 from hookline.worker.parking import ParkingTask, log_held
 from hookline.worker.reconciler import RUNNING
 
@@ -63,7 +63,7 @@ class DeliveryTask(ParkingTask):
     Request = "hookline.worker.request:TaskRequest"
 
 
-@app.task(bind=True, base=DeliveryTask, name=TASK_NAME, shared=False)
+@worker_app.task(bind=True, base=DeliveryTask, name=TASK_NAME, shared=False)
 def deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any,
             event_id: str | None = None, deadline: Any = None, attempts: int = 0,
             first_attempt_at: float | None = None, rate_slot: int = 0,
@@ -108,7 +108,8 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
         return {"outcome": "dead_lettered", "reason": "malformed"}
     config = settings()
     amqp = config.broker_amqp
-    held = HELD.held(endpoint_id) if amqp else None  # a Redis broker's consume.lua parks them
+    # a Redis broker's consume.lua parks them
+    held = HELD_ENDPOINTS.held(endpoint_id) if amqp else None
     if held is not None and request.deadline is None:
         return _park_held(self, request, *held)
     if DeliveryTask.engine is None:
@@ -135,7 +136,7 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
         return {"outcome": "waiting", "reason": "capped"}
     if isinstance(result, Deferred):  # not an attempt: the count stays
         if amqp:
-            HELD.remember(endpoint_id, result)
+            HELD_ENDPOINTS.remember(endpoint_id, result)
         self.park_next(result.request, result.countdown)
         log_held(result.request, result.reason)
         return {"outcome": "deferred", "reason": result.reason, "countdown": result.countdown}
@@ -148,9 +149,9 @@ def _deliver(self: DeliveryTask, endpoint_id: str, event_type: str, payload: Any
     return {"outcome": result.outcome, "reason": result.reason or None, "status": result.status}
 
 
-@app.task(bind=True, name=FANOUT_TASK_NAME, shared=False, acks_late=True,
-          autoretry_for=(redis.RedisError, OperationalError), retry_backoff=True,
-          retry_backoff_max=60, max_retries=None)
+@worker_app.task(bind=True, name=FANOUT_TASK_NAME, shared=False, acks_late=True,
+                 autoretry_for=(redis.RedisError, OperationalError), retry_backoff=True,
+                 retry_backoff_max=60, max_retries=None)
 def fanout(self: Any, app_id: str, event_id: str) -> dict[str, Any]:
     """Enqueue one delivery per receiver of a published event (``hookline.publish``),
     resuming where a crashed run's last recorded batch ended (``hookline.delivery.fanout``).

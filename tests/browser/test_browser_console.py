@@ -140,7 +140,7 @@ def test_a_read_only_user_sees_no_effect_of_a_forged_post(
 def test_replay_of_a_dead_letter_delivers_it_again_with_its_webhook_id(
         browser: Browser, console_state: redis.Redis, receiver: Receiver,
         console_worker: Any) -> None:
-    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 
     endpoint_id = new_endpoint(receiver)
     event_id = unique("evt")
@@ -184,7 +184,7 @@ def busiest_second(times: list[float]) -> int:
 def test_bulk_replay_of_500_keeps_the_rate_limit_shows_progress_and_delivers_each_once(
         browser: Browser, console_state: redis.Redis, receiver: Receiver,
         console_worker: Any) -> None:
-    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
     from hookline.store.endpoints import EndpointRegistry
 
     endpoint_id = new_endpoint(receiver, rate=BULK_RATE)

@@ -26,7 +26,7 @@ def dead_letters(endpoint_id: str, count: int, *, reason: str = "exhausted",
                  status: int = 503, ago: float = 60.0) -> list[str]:
     """``count`` dead letters at ``endpoint_id``, a second apart from ``ago`` seconds ago,
     oldest first; their ids."""
-    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 
     queue, now, found = DeadLetterQueue(), time.time(), []
     for n in range(count):
@@ -39,7 +39,7 @@ def dead_letters(endpoint_id: str, count: int, *, reason: str = "exhausted",
 
 
 def remaining(endpoint_id: str) -> list[str]:
-    from hookline.store.deadletter import DeadLetterFilter, DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterFilter, DeadLetterQueue
 
     return [entry.id for entry in DeadLetterQueue().find(DeadLetterFilter(endpoint_id=endpoint_id))]
 
@@ -57,7 +57,7 @@ def rejected_by_the_receiver(receiver: Receiver, **options: Any) -> tuple[str, s
     """An endpoint whose receiver answers 400 with :data:`ANSWER`, and an event sent to it
     by the worker, dead-lettered; the endpoint and the entry ids."""
     import hookline
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
     from hookline.store.endpoints import EndpointRegistry
 
     endpoint_id = unique("ep")
@@ -171,7 +171,7 @@ def test_the_purge_deletes_exactly_the_filtered_set_it_counted(
 def test_a_replay_to_a_disabled_endpoint_warns_first_and_is_dead_lettered_again(
         browser: Browser, console_state: redis.Redis, receiver: Receiver,
         console_worker: Any) -> None:
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
     from hookline.store.endpoints import EndpointRegistry
 
     endpoint_id = new_endpoint(receiver)

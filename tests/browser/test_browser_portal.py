@@ -36,7 +36,7 @@ def tenant_data(receiver: Receiver, *, event_type: str = "order.paid",
                 payload_fields: dict[str, Any] | None = None) -> Tenant:
     """A new application with an endpoint and a dead-lettered event, in the console's Redis."""
     from hookline.store.apps import AppRegistry
-    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
     from hookline.store.endpoints import EndpointRegistry
 
     app_id = unique("app")
@@ -118,7 +118,7 @@ def test_markup_stored_in_the_applications_data_does_not_run_in_the_portal(
         tenant: Browser, console_state: redis.Redis, receiver: Receiver,
         portal_link: Callable[..., str], console_worker: Any) -> None:
     import hookline
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
 
     event_type = payload("portal-type")
     a = tenant_data(receiver, event_type=event_type,
@@ -151,7 +151,7 @@ def test_markup_stored_in_the_applications_data_does_not_run_in_the_portal(
 def test_a_read_only_link_offers_no_action_and_a_forged_post_is_refused(
         tenant: Browser, console_state: redis.Redis, receiver: Receiver,
         portal_link: Callable[..., str]) -> None:
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
     from hookline.store.endpoints import EndpointRegistry
 
     a = tenant_data(receiver)

@@ -45,7 +45,7 @@ def assert_inert(browser: Browser, *shown: str) -> None:
 
 
 def dead_letter(endpoint_id: str, event_id: str, **fields: Any) -> str:
-    from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 
     entry = DeadLetter(endpoint_id=endpoint_id, event_id=event_id,
                        event_type=fields.pop("event_type", "order.paid"),
@@ -114,7 +114,7 @@ def test_a_receivers_html_answer_is_shown_as_text_on_the_event_page(
     event_type = "order." + payload("sent-type")
     event_id = unique("evt")
     hookline.send_webhook(endpoint_id, event_type, {"order": 1}, event_id=event_id)
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
 
     wait_until(lambda: DeadLetterQueue().get(f"{endpoint_id}/{event_id}"), timeout=20)
 

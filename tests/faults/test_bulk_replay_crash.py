@@ -20,7 +20,7 @@ from hookline.core import config
 from hookline.service import dead_letters, replay_jobs
 from hookline.service.actor import Actor
 from hookline.service.dead_letters import DeadLetterQuery
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import emptied, isolated_url, wait_until
 

@@ -13,7 +13,7 @@ import pytest
 
 from examples.receiver import Reply, always, fail_first
 from hookline.store import delivery
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.event_log_pages import EventLogPages, LogFilter
 from tests.conftest import PrivateRedis, wait_until

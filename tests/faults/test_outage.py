@@ -15,7 +15,7 @@ import pytest
 from celery import Celery
 
 from examples.receiver import Reply, always
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY
 from tests.conftest import PrivateRedis, wait_until

@@ -16,7 +16,7 @@ import pytest
 
 from examples.receiver import Reply, always, fail_first
 from hookline.store import delivery, keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import PrivateRedis, wait_until
 from tests.support.queue import enqueue

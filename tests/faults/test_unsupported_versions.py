@@ -15,7 +15,7 @@ import redis
 
 from hookline.transport.envelope import build_message
 from hookline.transport.records import held_count
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 from tests.conftest import WorkerProcess, isolated_url
 
 #: A database no other test uses. Only the key this test writes is deleted, never the database.
@@ -47,7 +47,7 @@ def test_a_worker_on_an_unsupported_kombu_refuses_to_start_and_takes_nothing(tmp
     (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     queue.lpush("hookline", build_message(
-        app, task_name="hookline.deliver", task_id="compat-1",
+        worker_app, task_name="hookline.deliver", task_id="compat-1",
         args=["ep-compat", "order.created", {"id": 1}], kwargs={"event_id": "compat-1"},
         retries=0, queue="hookline"))
 

@@ -28,7 +28,7 @@ from hookline.core import config
 from hookline.core.endpoint import EndpointError
 from hookline.core.errors import HooklineError
 from hookline.store import connection as store
-from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterFilter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until

@@ -29,7 +29,7 @@ import hookline.store.gates
 from hookline.core.config import settings
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.store import connection as store
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import ROOT, Publications, wait_until

@@ -18,18 +18,18 @@ import pytest
 import redis
 
 import hookline.cli.dlq
-import hookline.store.deadletter
+import hookline.store.dead_letter_queue
 import hookline.store.schedule
 from examples.receiver import Receiver, Reply, always
 from hookline.cli.dlq import parse_age, parse_time
 from hookline.core.config import settings
 from hookline.core.endpoint import Endpoint
 from hookline.core.messages import DELIVERY_QUEUE
-from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterFilter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import SCHEDULE_KEYS, WAKE_KEY, RetrySchedule
 from hookline.transport.envelope import build_message
-from hookline.worker.celery import app as celery_app
+from hookline.worker.celery import worker_app as celery_app
 from tests.conftest import Publications, wait_until
 from tests.support.cli import fails, json_out, succeeds
 
@@ -402,11 +402,11 @@ def retention(monkeypatch: pytest.MonkeyPatch) -> float:
     """A one-day retention for ``hookline dlq trim``. The automatic trim (at most once a
     minute per process, when a dead letter is added) is kept out: whether it is due depends on
     what ran before in this process, and it has tests of its own
-    (tests/store/test_deadletter.py)."""
+    (tests/store/test_dead_letter_queue.py)."""
     one_day = dataclasses.replace(settings(), dlq_retention=86400.0)
-    for module in (hookline.store.deadletter, hookline.cli.dlq):
+    for module in (hookline.store.dead_letter_queue, hookline.cli.dlq):
         monkeypatch.setattr(module, "settings", lambda: one_day)
-    monkeypatch.setattr(hookline.store.deadletter._auto_trim, "due", lambda: False)
+    monkeypatch.setattr(hookline.store.dead_letter_queue._auto_trim, "due", lambda: False)
     return 86400.0
 
 
@@ -440,7 +440,7 @@ def test_dlq_trim_with_retention_zero_needs_an_age(monkeypatch: pytest.MonkeyPat
     forever = dataclasses.replace(settings(), dlq_retention=0.0)
     monkeypatch.setattr(hookline.cli.dlq, "settings", lambda: forever)
     # The queue's own trim on add reads the same setting.
-    monkeypatch.setattr(hookline.store.deadletter, "settings", lambda: forever)
+    monkeypatch.setattr(hookline.store.dead_letter_queue, "settings", lambda: forever)
     DeadLetterQueue().add(dead_letter("shop", "kept", age=400 * 86400))
     assert "keeps dead letters forever" in fails("dlq", "trim", code=2).stderr
     assert DeadLetterQueue().count() == 1
@@ -451,7 +451,7 @@ def test_dlq_trim_with_retention_zero_needs_an_age(monkeypatch: pytest.MonkeyPat
 
 def test_dlq_restore_spool_moves_spooled_entries_into_redis(monkeypatch, tmp_path) -> None:
     spool_settings = dataclasses.replace(settings(), dlq_spool_path=str(tmp_path / "spool"))
-    for module in (hookline.store.deadletter, hookline.cli.dlq):
+    for module in (hookline.store.dead_letter_queue, hookline.cli.dlq):
         monkeypatch.setattr(module, "settings", lambda: spool_settings)
     spooled = [DeadLetter(endpoint_id="shop", event_id=f"ev-{n}", event_type="order.paid",
                           payload={}, reason="exhausted") for n in range(2)]

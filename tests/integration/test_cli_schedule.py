@@ -48,7 +48,8 @@ class Parked:
                  last_error: str = "503 from receiver") -> float:
         """Park a retry of ``event_id`` due in ``countdown`` seconds; returns its due time."""
         message = build_message(
-            hookline.worker.celery.app, task_name="hookline.deliver", task_id=f"t-{event_id}",
+            hookline.worker.celery.worker_app, task_name="hookline.deliver",
+            task_id=f"t-{event_id}",
             args=[endpoint_id, "order.created", {"n": attempts}],
             kwargs={"event_id": event_id, "attempts": attempts}, retries=attempts,
             queue=RETRY_QUEUE,

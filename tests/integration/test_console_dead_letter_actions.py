@@ -16,7 +16,7 @@ from hookline.console.portal import portal_app
 from hookline.service import audit, portal
 from hookline.service.actor import Actor
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.support.console import VIEWER, Browser, console
 

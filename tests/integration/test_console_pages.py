@@ -24,7 +24,7 @@ from hookline.service.actor import Actor
 from hookline.service.dead_letters import DeadLetterQuery
 from hookline.store import keys
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.replay_jobs import CONTINUATIONS
 from hookline.store.schedule import RetrySchedule

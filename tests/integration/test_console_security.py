@@ -15,7 +15,7 @@ from hookline.core.env import ConfigError
 from hookline.service import audit
 from hookline.service.actor import Actor
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.support.console import OPERATOR, VIEWER, Browser, basic, console
 

@@ -18,7 +18,7 @@ from examples.receiver import Reply, always, fail_first
 from hookline import deliver, send_webhook
 from hookline.delivery.replay import replay_entries
 from hookline.delivery.retries import disable_endpoint, remove_endpoint
-from hookline.store.deadletter import DeadLetterFilter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterFilter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
@@ -247,11 +247,11 @@ def test_dead_letter_replay_delivers_with_the_same_event_id(receiver):
 
 
 def test_malformed_task_message_is_dead_lettered(receiver):
-    from hookline.worker.celery import app
+    from hookline.worker.celery import worker_app
 
-    task_id = app.send_task("hookline.deliver", args=["not a valid id!", "t", {}]).id
+    task_id = worker_app.send_task("hookline.deliver", args=["not a valid id!", "t", {}]).id
     assert dead_letter("invalid", task_id).reason == "malformed"
-    missing_args = app.send_task("hookline.deliver", args=["ep-x"]).id
+    missing_args = worker_app.send_task("hookline.deliver", args=["ep-x"]).id
     entry = dead_letter("ep-x", missing_args)
     assert entry.reason == "error" and "TypeError" in entry.last_error
 

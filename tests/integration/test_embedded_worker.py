@@ -37,14 +37,14 @@ def celery_app(quiet_redis: Any) -> Iterator[Any]:
     ``celery -A app worker`` runs), pointed at the test's database (``quiet_redis``)."""
     from hookline.core.config import settings
     from hookline.transport import celery_settings
-    from hookline.worker.celery import app
+    from hookline.worker.celery import worker_app
 
-    saved = {name: app.conf[name] for name in BROKER_SETTINGS}
-    app.conf.update(celery_settings.broker_settings(settings()))
-    yield app
-    app.conf.update(saved)
+    saved = {name: worker_app.conf[name] for name in BROKER_SETTINGS}
+    worker_app.conf.update(celery_settings.broker_settings(settings()))
+    yield worker_app
+    worker_app.conf.update(saved)
     # Forget (do not close) the test database's pool: kombu shares it by URL across apps.
-    app._pool = None
+    worker_app._pool = None
 
 
 @pytest.fixture

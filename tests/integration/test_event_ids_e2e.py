@@ -18,7 +18,7 @@ from standardwebhooks import Webhook
 from examples.receiver import Reply, always, fail_first
 from hookline import EventIdConflict, deliver, send_webhook
 from hookline.delivery.replay import replay_entries
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.history import AttemptHistory
 from tests.support.cli import fails, json_out, succeeds
 from tests.support.endpoints import dead_letter, new_endpoint, wait_delivered

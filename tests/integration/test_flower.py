@@ -28,10 +28,10 @@ from examples.receiver import Reply, always, fail_first, in_order
 from hookline import deliver, send_webhook
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.gates import Gate
 from hookline.store.schedule import DUE_KEY
-from hookline.worker.celery import app as worker_app
+from hookline.worker.celery import worker_app
 from tests.conftest import ROOT, TEST_ENV, free_port, wait_until
 from tests.support.cli import succeeds
 from tests.support.endpoints import dead_letter, new_endpoint, wait_delivered

@@ -16,7 +16,7 @@ from celery import Celery
 
 from examples.receiver import Receiver, Reply, always, fail_first
 from hookline.core.logs import log_event
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import ROOT, emptied, free_port, isolated_url, wait_until

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from examples.receiver import Reply, always, fail_first
 from hookline.core.metrics import status_class
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import DUE_KEY, RetrySchedule

@@ -18,7 +18,7 @@ from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.core import config, operational_events
 from hookline.delivery.engine import GONE_REASON, DeliveryEngine, DeliveryRequest, Finished
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import emptied, isolated_url, wait_until
 from tests.support.cli import succeeds

@@ -20,7 +20,7 @@ import redis
 from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.core import config
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.ordering import OrderLines
 from tests.conftest import PrivateRedis, wait_until

@@ -15,7 +15,7 @@ import redis
 from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.core import config
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import PAUSE_PARK, EndpointRegistry
 from hookline.store.gates import Gate
 from hookline.store.history import AttemptHistory

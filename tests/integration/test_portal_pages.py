@@ -24,7 +24,7 @@ from hookline.service import portal, replay_jobs
 from hookline.service.actor import Actor
 from hookline.service.dead_letters import DeadLetterQuery
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 

@@ -15,7 +15,7 @@ from examples.receiver import Reply, always, in_order
 from hookline import send_webhook
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until
@@ -133,7 +133,7 @@ def test_a_failing_endpoints_retries_do_not_delay_a_healthy_endpoints_first_deli
         receiver):
     from hookline.store.schedule import RetrySchedule
     from hookline.transport.envelope import build_message
-    from hookline.worker.celery import app
+    from hookline.worker.celery import worker_app
 
     failing = new_endpoint(receiver, always(Reply(503, delay=0.3)))
     healthy = new_endpoint(receiver, always(Reply(204)))
@@ -141,7 +141,7 @@ def test_a_failing_endpoints_retries_do_not_delay_a_healthy_endpoints_first_deli
     for n in range(500):  # a backlog of retries, all due now
         event_id = f"backlog-{n}"
         schedule.park(endpoint_id=failing.id, event_id=event_id, countdown=0, message=build_message(
-            app, task_name="hookline.deliver", task_id=event_id,
+            worker_app, task_name="hookline.deliver", task_id=event_id,
             args=[failing.id, "order.created", {}], kwargs={"event_id": event_id, "attempts": 1},
             retries=1, queue="hookline.retry"))
     started = time.monotonic()

@@ -24,7 +24,7 @@ from hookline.delivery.http import PinnedPools
 from hookline.delivery.sender import WebhookEvent, send
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import wait_until
 

@@ -23,9 +23,9 @@ from examples.receiver import Receiver, Reply, always, fail_first, in_order
 from hookline.api.enqueue import send_webhook
 from hookline.core import config
 from hookline.core.endpoint import Endpoint
-from hookline.delivery.publisher import celery_app
+from hookline.delivery.publisher import publishing_app
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from hookline.store.schedule import RetrySchedule
@@ -213,7 +213,7 @@ def test_the_schedule_and_dlq_spread_over_the_masters(on_cluster: ClusterSetup):
     for endpoint_id in endpoint_ids:
         # The publishing app of the settings now in force: the worker's own app would keep
         # this test's broker for the rest of the session.
-        message = build_message(celery_app(), task_name="hookline.deliver", task_id=endpoint_id,
+        message = build_message(publishing_app(), task_name="hookline.deliver", task_id=endpoint_id,
                                 args=[endpoint_id, "t", {}], kwargs={"event_id": "e"},
                                 retries=1, queue="hookline.retry")
         schedule.park(endpoint_id=endpoint_id, event_id="e", countdown=3600, message=message)

@@ -13,7 +13,7 @@ from hookline.delivery.replay_job import JobRunner
 from hookline.service import dead_letters, replay_jobs
 from hookline.service.actor import Actor
 from hookline.service.dead_letters import DeadLetterQuery
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.schedule import RetrySchedule
 from tests.scale.test_cluster import on_cluster, setup  # noqa: F401 (the fixtures)
 

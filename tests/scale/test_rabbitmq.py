@@ -26,7 +26,7 @@ import redis
 import hookline
 from examples.receiver import Reply, always, fail_first
 from hookline.core import config
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.gates import Gate
 from hookline.store.schedule import RetrySchedule
 from tests.conftest import ROOT, TEST_ENV, PrivateRedis, free_port, wait_until
@@ -217,19 +217,19 @@ def test_scheduled_retries_release_to_rabbitmq_without_a_worker(rabbit, receiver
     """The releaser alone (``hookline releaser``'s loop, in-process) republishes a parked
     retry through Celery's producer: it reaches the retry queue with its task id."""
     from hookline.delivery import retries
-    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.publisher import publishing_app
     from hookline.delivery.releaser import Releaser
 
     schedule = RetrySchedule()
-    retries.park(celery_app(), schedule, task_id="task-1", args=["ep-x", "t", {"a": 1}],
+    retries.park(publishing_app(), schedule, task_id="task-1", args=["ep-x", "t", {"a": 1}],
                  kwargs={"event_id": "evt-1"}, retries=1, countdown=0)
     releaser = Releaser().start()
     try:
         wait_until(lambda: schedule.stats().total == 0, 20)
     finally:
         releaser.stop()
-    retry_queue = celery_app().amqp.queues["hookline.retry"]
-    with celery_app().connection_for_read() as connection:
+    retry_queue = publishing_app().amqp.queues["hookline.retry"]
+    with publishing_app().connection_for_read() as connection:
         message = connection.SimpleQueue(retry_queue, no_ack=True).get(timeout=10)
         assert message.headers["id"] == "task-1"
         assert message.properties["correlation_id"] == "task-1"
@@ -241,13 +241,13 @@ def test_a_corrupted_stored_retry_is_dead_lettered_and_does_not_block_the_others
     """A stored message that is no broker envelope (corrupted in Redis) goes to the dead-letter
     queue as malformed; the retries claimed with it are published all the same."""
     from hookline.delivery import retries
-    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.publisher import publishing_app
     from hookline.delivery.releaser import Releaser
-    from hookline.store.deadletter import DeadLetterQueue
+    from hookline.store.dead_letter_queue import DeadLetterQueue
 
     schedule = RetrySchedule()
     for event in ("evt-bad", "evt-good"):
-        retries.park(celery_app(), schedule, task_id=f"task-{event}", args=["ep-x", "t", {}],
+        retries.park(publishing_app(), schedule, task_id=f"task-{event}", args=["ep-x", "t", {}],
                      kwargs={"event_id": event}, retries=1, countdown=0)
     shard = schedule.shard_of("ep-x")
     schedule.redis.hset(shard.messages, "ep-x/evt-bad", "{not a broker envelope")
@@ -259,8 +259,8 @@ def test_a_corrupted_stored_retry_is_dead_lettered_and_does_not_block_the_others
     kept = list(DeadLetterQueue().find(limit=10))
     assert [(entry.reason, entry.payload) for entry in kept] == [
         ("malformed", "{not a broker envelope")]
-    retry_queue = celery_app().amqp.queues["hookline.retry"]
-    with celery_app().connection_for_read() as connection:
+    retry_queue = publishing_app().amqp.queues["hookline.retry"]
+    with publishing_app().connection_for_read() as connection:
         message = connection.SimpleQueue(retry_queue, no_ack=True).get(timeout=10)
         assert message.headers["id"] == "task-evt-good"
 
@@ -270,7 +270,7 @@ def test_the_releaser_outlives_an_unreachable_broker_and_keeps_the_retries(
     """No RabbitMQ answers: the releaser logs it and tries again; nothing leaves the
     schedule, and its thread stays alive."""
     from hookline.delivery import retries
-    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.publisher import publishing_app
     from hookline.delivery.releaser import Releaser
 
     # An in-process Celery worker earlier in the session leaves the root logger at ERROR.
@@ -280,7 +280,7 @@ def test_the_releaser_outlives_an_unreachable_broker_and_keeps_the_retries(
     config.configure({"REDIS_URL": state_redis.url, "HOOKLINE_BROKER_URL": nowhere})
     try:
         schedule = RetrySchedule()
-        retries.park(celery_app(), schedule, task_id="task-1", args=["ep-x", "t", {}],
+        retries.park(publishing_app(), schedule, task_id="task-1", args=["ep-x", "t", {}],
                      kwargs={"event_id": "evt-1"}, retries=1, countdown=0)
         releaser = Releaser().start()
         try:

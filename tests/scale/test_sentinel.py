@@ -27,7 +27,7 @@ from hookline.core.messages import DELIVERY_QUEUE, RETRY_QUEUE
 from hookline.delivery.publisher import enqueue_delivery
 from hookline.store import connection as store
 from hookline.store import keys, replication
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.delivery import delivered as recorded_delivered
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.keys import DLQ_KEY

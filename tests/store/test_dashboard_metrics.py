@@ -15,7 +15,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from hookline.core import metrics
 from hookline.outbox import status
 from hookline.outbox.status import OutboxCollector, OutboxDepth
-from hookline.store.deadletter import REASONS
+from hookline.store.dead_letter_queue import REASONS
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.gauges import RedisStateCollector

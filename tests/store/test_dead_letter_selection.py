@@ -19,9 +19,9 @@ from hookline.service.actor import Actor, NotFound, ReadOnly
 from hookline.service.dead_letters import DeadLetterQuery
 from hookline.store import keys
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
-from hookline.store.deadletter_index import status_label
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_index import status_label
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.history import AttemptRecord
 

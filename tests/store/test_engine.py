@@ -29,7 +29,7 @@ from hookline.delivery.retries import park
 from hookline.delivery.sender import AttemptResult, WebhookEvent, send
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Admission, Gate, Verdict
 from hookline.store.history import AttemptHistory
@@ -312,13 +312,13 @@ def test_410_disables_the_endpoint_and_dead_letters_the_event(endpoint, registry
 def test_410_drops_the_endpoints_scheduled_retries_to_the_dlq(endpoint, registry, engine_for,
                                                               dlq):
     """The default on_gone: the endpoint's parked retries (and only its) are dead-lettered."""
-    from hookline.worker.celery import app
+    from hookline.worker.celery import worker_app
 
     other = registry.add(f"other-{uuid.uuid4().hex[:6]}", "http://127.0.0.1:9/other")
     schedule = RetrySchedule()
 
     def park_retry(endpoint_id: str, event_id: str) -> None:
-        park(app, schedule, task_id=uuid.uuid4().hex,
+        park(worker_app, schedule, task_id=uuid.uuid4().hex,
              args=[endpoint_id, "invoice.paid", {"parked": event_id}],
              kwargs={"event_id": event_id, "attempts": 2, "first_attempt_at": NOW - 60},
              retries=2, countdown=3600, last_status=503, last_error="")

@@ -32,7 +32,7 @@ from hookline.delivery.engine import DeliveryEngine, DeliveryRequest, Finished, 
 from hookline.delivery.replay import replay_entries
 from hookline.delivery.sender import AttemptResult, WebhookEvent
 from hookline.store import connection, delivery, keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.events import EventView
 from hookline.store.gates import Gate, Verdict

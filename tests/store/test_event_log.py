@@ -14,7 +14,7 @@ from hookline.service import event_log as service
 from hookline.service.actor import Actor, NotFound
 from hookline.store import connection as store
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.event_log import EventLog, log_key, log_shards, rows_key
 from hookline.store.event_log_pages import EventLogPages, LogFilter

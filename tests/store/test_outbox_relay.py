@@ -23,7 +23,7 @@ from hookline.core import config
 from hookline.outbox import sql
 from hookline.outbox.database import UrlDatabase
 from hookline.outbox.relay import Claimed, Outage, Relay
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from tests.conftest import wait_until
 from tests.store.test_event_ids import queued

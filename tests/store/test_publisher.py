@@ -106,7 +106,7 @@ def test_the_workers_app_never_becomes_current_nor_shares_its_task():
         def send_invoice():
             return "sent"
 
-        from hookline.worker.celery import app
+        from hookline.worker import app
         app.loader.import_default_modules()
         print(current_app.main, "hookline.deliver" in app.tasks,
               "hookline.deliver" in host.tasks, send_invoice.app.main)
@@ -124,9 +124,10 @@ def test_a_hosts_celery_broker_url_does_not_redirect_hookline(quiet_redis):
 
         host = Celery("host")
         import hookline
-        from hookline.delivery.publisher import celery_app
+        from hookline.delivery.publisher import publishing_app
         hookline.deliver.delay("shop", "order.created", {}, event_id="ev-env")
-        print(host.connection_for_write().as_uri(), celery_app().connection_for_write().as_uri())
+        print(host.connection_for_write().as_uri(),
+              publishing_app().connection_for_write().as_uri())
     """, REDIS_URL=broker, CELERY_BROKER_URL="memory://localhost/")
     host_broker, hookline_broker = out.split()
     assert host_broker.startswith("memory://")
@@ -139,7 +140,7 @@ def test_a_hosts_celery_broker_url_does_not_redirect_hookline(quiet_redis):
 def test_no_payload_content_in_any_task_event_field(quiet_redis):
     """By keyword, with extra arguments, or from a retry built for the schedule: argsrepr and
     kwargsrepr (task-sent here, task-received in the worker) show the payload's size only."""
-    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.publisher import publishing_app
     from hookline.transport.envelope import build_message
 
     hookline.deliver.delay("shop", "order.created", payload={"card": "4111 1111"})
@@ -147,7 +148,7 @@ def test_no_payload_content_in_any_task_event_field(quiet_redis):
     for message in queued(quiet_redis):
         shown = message["headers"]["argsrepr"] + message["headers"]["kwargsrepr"]
         assert "4111" not in shown and "<payload: 20 bytes>" in shown
-    retry = json.loads(build_message(celery_app(), task_name=TASK_NAME, task_id="t-1",
+    retry = json.loads(build_message(publishing_app(), task_name=TASK_NAME, task_id="t-1",
                                      args=["shop", "order.created", {"card": "4111 1111"}],
                                      kwargs={"event_id": "e-1", "attempts": 1}, retries=1,
                                      queue="hookline.retry"))
@@ -164,11 +165,11 @@ def test_argsrepr_and_kwargsrepr_are_refused():
 def test_flower_sees_the_broker_as_redis():
     """Flower picks its Broker tab's client by the scheme of the URL the app's connection
     reports; Hookline's transport is still the one used."""
-    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.publisher import publishing_app
     from hookline.transport.redis import Transport
-    from hookline.worker.celery import app
+    from hookline.worker.celery import worker_app
 
-    for celery in (app, celery_app()):
+    for celery in (worker_app, publishing_app()):
         with celery.connection_for_write() as connection:
             assert connection.as_uri().startswith("redis://")
             assert connection.info()["transport"] == "redis"
@@ -182,7 +183,7 @@ def test_the_publishing_app_finds_no_result_backend_without_reading_entry_points
     from celery.app import backends
     from celery.backends.base import DisabledBackend
 
-    from hookline.transport.app import PublishingApp
+    from hookline.transport.celery_app import PublishingApp
 
     def scanned(*args: Any) -> dict[str, str]:
         raise AssertionError("entry points read")

@@ -9,7 +9,7 @@ import time
 from hookline.service import replay_jobs
 from hookline.service.actor import Actor
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.replay_jobs import ReplayJobs, SnapshotEntry
 
 OPERATOR = Actor("alice", "session-1")

@@ -19,7 +19,7 @@ from hookline.store.schedule import (
     ScheduleFull,
 )
 from hookline.transport.envelope import build_message
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 from tests.conftest import emptied, flushed, isolated_url, wait_until
 
 QUEUE = "test.retry"
@@ -147,7 +147,7 @@ def test_stats_report_the_oldest_due_retry_and_the_lag(client):
 
 
 def test_a_parked_message_is_the_task_celery_would_have_published(client):
-    text = build_message(app, task_name="hookline.deliver", task_id="task-1",
+    text = build_message(worker_app, task_name="hookline.deliver", task_id="task-1",
                          args=["shop", "order.created", {"order": 1}],
                          kwargs={"event_id": "evt-1", "attempts": 2}, retries=2,
                          queue="hookline.retry")
@@ -165,11 +165,11 @@ def test_a_built_message_has_the_envelope_celery_publishes(client):
     queue = "hookline.envelope-test"
     broker = store.client()  # the app's broker
     broker.delete(queue)
-    app.send_task("hookline.deliver", args=["shop", "order.created", {"order": 1}],
-                  kwargs={"event_id": "evt-1"}, task_id="task-1", queue=queue,
-                  routing_key=queue, exchange=queue)
+    worker_app.send_task("hookline.deliver", args=["shop", "order.created", {"order": 1}],
+                         kwargs={"event_id": "evt-1"}, task_id="task-1", queue=queue,
+                         routing_key=queue, exchange=queue)
     published = json.loads(broker.rpop(queue))
-    built = json.loads(build_message(app, task_name="hookline.deliver", task_id="task-1",
+    built = json.loads(build_message(worker_app, task_name="hookline.deliver", task_id="task-1",
                                      args=["shop", "order.created", {"order": 1}],
                                      kwargs={"event_id": "evt-1"}, retries=0, queue=queue))
     fresh = {"delivery_tag", "correlation_id", "reply_to"}  # per publish / per app
@@ -216,8 +216,9 @@ def test_a_park_on_a_demoted_master_fails_as_a_passing_error_not_a_refusal(tmp_p
         replica_client.replicaof("127.0.0.1", master.port)
         wait_until(lambda: replica_client.info("replication")["master_link_status"] == "up")
         schedule = RetrySchedule(redis.Redis(port=replica.port))
-        message = build_message(app, task_name=TASK_NAME, task_id="t-ro", args=["ep", "t", {}],
-                                kwargs={"event_id": "e-ro"}, retries=1, queue="q")
+        message = build_message(worker_app, task_name=TASK_NAME, task_id="t-ro",
+                                args=["ep", "t", {}], kwargs={"event_id": "e-ro"},
+                                retries=1, queue="q")
         with pytest.raises(redis.RedisError) as refused:
             schedule.park(endpoint_id="ep", event_id="e-ro", countdown=1, message=message)
         assert isinstance(refused.value, redis.exceptions.ReadOnlyError)

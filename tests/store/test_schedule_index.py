@@ -21,10 +21,10 @@ from kombu import Connection, Consumer, Exchange, Producer, Queue
 from hookline.delivery.retries import dead_letter_scheduled
 from hookline.store import connection as store
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetterQueue
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.envelope import build_message
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 from tests.conftest import isolated_url, wait_until
 
 LATER = 3600.0
@@ -82,7 +82,7 @@ def counting() -> Counting:
 
 
 def task_message(endpoint_id: str, event_id: str) -> str:
-    return build_message(app, task_name="hookline.deliver", task_id=f"task-{event_id}",
+    return build_message(worker_app, task_name="hookline.deliver", task_id=f"task-{event_id}",
                          args=[endpoint_id, "order.created", {"event": event_id}],
                          kwargs={"event_id": event_id, "attempts": 2}, retries=2,
                          queue="hookline.retry")

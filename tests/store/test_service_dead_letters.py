@@ -18,7 +18,7 @@ from hookline.service import audit, dead_letters, events, replay_jobs, schedule
 from hookline.service.actor import Actor, NotFound, ReadOnly
 from hookline.service.dead_letters import DeadLetterQuery, InvalidQuery
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.replay_jobs import CONTINUATIONS, ReplayJobs, next_run_id
 from hookline.store.schedule import RetrySchedule

@@ -13,7 +13,7 @@ from hookline.service.actor import Actor, NotFound
 from hookline.service.pages import MAX_LIMIT
 from hookline.store import keys
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 
 ALICE = Actor(name="alice", session="sess-42")

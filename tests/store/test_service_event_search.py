@@ -9,7 +9,7 @@ import time
 
 from hookline.service import events
 from hookline.service.actor import Actor
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule
 

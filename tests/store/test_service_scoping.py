@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from hookline.core.messages import RETRY_QUEUE, TASK_NAME
-from hookline.delivery.publisher import celery_app
+from hookline.delivery.publisher import publishing_app
 from hookline.service import apps, audit, endpoint_actions, endpoints, events, schedule, stats
 from hookline.service.actor import Actor, NotFound, ReadOnly, cli_actor
 from hookline.store.apps import AppRegistry
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.schedule import RetrySchedule
 from hookline.transport.envelope import build_message
@@ -24,7 +24,7 @@ TENANT_A_VIEWER = Actor(name="portal:app-a", session="s-4", can_act=False, app_s
 
 
 def retry_message(endpoint_id: str, event_id: str) -> str:
-    return build_message(celery_app(), task_name=TASK_NAME, task_id=f"t-{event_id}",
+    return build_message(publishing_app(), task_name=TASK_NAME, task_id=f"t-{event_id}",
                          args=[endpoint_id, "order.created", {"n": 1}],
                          kwargs={"event_id": event_id, "attempts": 1}, retries=1,
                          queue=RETRY_QUEUE)

@@ -10,10 +10,10 @@ import pytest
 
 from hookline.core.envelope import decode_task
 from hookline.core.messages import TASK_NAME
-from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterFilter, DeadLetterQueue
 from hookline.store.schedule import RetrySchedule, ScheduleFull
 from hookline.transport.envelope import build_message
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 from tests.conftest import flushed, isolated_url
 
 QUEUE = "test.retry"
@@ -40,7 +40,7 @@ def endpoints_in_every_shard(schedule: RetrySchedule, per_shard: int = 2) -> lis
 
 def park(schedule: RetrySchedule, endpoint_id: str, event_id: str, countdown: float = 0) -> None:
     """A retry whose message's task id is its retry id."""
-    message = build_message(app, task_name=TASK_NAME, task_id=f"{endpoint_id}/{event_id}",
+    message = build_message(worker_app, task_name=TASK_NAME, task_id=f"{endpoint_id}/{event_id}",
                             args=[endpoint_id, "t", {}], kwargs={"event_id": event_id},
                             retries=1, queue=QUEUE)
     schedule.park(endpoint_id=endpoint_id, event_id=event_id, countdown=countdown,

@@ -319,8 +319,8 @@ def forge_post(browser: Browser, action: str, fields: dict[str, str]) -> None:
 @functools.cache
 def console_routes() -> Any:
     """The console's URL map, bound to no particular server."""
-    from hookline.console.app import make_app
     from hookline.console.security import SignedTokens
+    from hookline.console.wsgi import make_app
 
     return make_app(lambda request: None, csrf=SignedTokens()).url_map.bind("127.0.0.1")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from hookline.store.deadletter import DeadLetter
+from hookline.store.dead_letter_queue import DeadLetter
 
 #: When entry 0 was dead-lettered (entry n: ``T0 + n``), an hour ago.
 T0 = float(int(time.time()) - 3600)

@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from hookline.core.endpoint import Endpoint
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from tests.conftest import wait_until

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookline.store import keys
-from hookline.store.deadletter import DeadLetter, DeadLetterQueue
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterQueue
 
 
 def line_up(client: Any, endpoint_id: str, key: str, events: list[str]) -> None:

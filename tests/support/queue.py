@@ -7,7 +7,7 @@ import redis
 
 from hookline.store import delivery
 from hookline.transport.envelope import build_message
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 
 
 def enqueue(client: redis.Redis, endpoint_id: str, count: int, prefix: str = "evt", *,
@@ -22,7 +22,7 @@ def enqueue(client: redis.Redis, endpoint_id: str, count: int, prefix: str = "ev
         if ordering_keys:
             kwargs["ordering_key"] = f"k{n % ordering_keys}"
         pipe.lpush("hookline", build_message(
-            app, task_name="hookline.deliver", task_id=event_id,
+            worker_app, task_name="hookline.deliver", task_id=event_id,
             args=[endpoint_id, "order.created", {"id": event_id}],
             kwargs=kwargs, retries=0, queue="hookline"))
     pipe.execute()

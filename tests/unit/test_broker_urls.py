@@ -74,11 +74,11 @@ def test_the_publishing_app_waits_for_rabbitmqs_confirms() -> None:
     """send_webhook and the releaser publish through this app: with confirms, a publish
     returns once RabbitMQ has the message."""
     from hookline.core import config
-    from hookline.delivery.publisher import celery_app
+    from hookline.delivery.publisher import publishing_app
 
     config.configure({"HOOKLINE_BROKER_URL": "pyamqp://guest:guest@127.0.0.1:5672/v"})
     try:
-        conf = celery_app().conf
+        conf = publishing_app().conf
         assert conf.broker_transport_options["confirm_publish"] is True
         assert conf.broker_heartbeat == 0
         assert conf.task_queues[0].queue_arguments == {"x-queue-type": "quorum"}

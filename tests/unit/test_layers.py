@@ -46,7 +46,7 @@ CELERY_PUBLIC = {"celery", "celery.signals", "celery.exceptions", "celery.result
 MAX_MODULE_LINES = 450
 #: Stores never read each other; these read several, one step above them.
 MULTI_STORE_READERS = {"hookline.store.gates", "hookline.store.events"}
-STORES = {"hookline.store.endpoints", "hookline.store.deadletter", "hookline.store.history",
+STORES = {"hookline.store.endpoints", "hookline.store.dead_letter_queue", "hookline.store.history",
           "hookline.store.schedule"}
 #: Repository code the package never imports: it ships without it.
 REPOSITORY_ONLY = ("app", "tasks", "celeryconfig", "bench", "tests", "examples", "scripts")

@@ -47,7 +47,6 @@ MISSING_EXTRA: str | None = None
 try:
     from werkzeug.wrappers import Request
 
-    from hookline.console.app import Console, make_app
     from hookline.console.mount import (
         Mounted,
         call_console,
@@ -59,6 +58,7 @@ try:
         session_digest,
     )
     from hookline.console.security import HostCsrf
+    from hookline.console.wsgi import Console, make_app
 except ModuleNotFoundError as exc:
     _missing = (exc.name or "").partition(".")[0]
     if _missing not in CONSOLE_MODULES:

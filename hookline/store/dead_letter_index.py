@@ -67,7 +67,7 @@ class Position:
 
 
 class IndexedEntry(Protocol):
-    """What the indexes read of a dead letter (``deadletter.DeadLetter``)."""
+    """What the indexes read of a dead letter (``dead_letter_queue.DeadLetter``)."""
 
     @property
     def id(self) -> str: ...

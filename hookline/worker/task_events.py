@@ -34,7 +34,7 @@ from celery.app.events import Events as CeleryEvents
 from celery.events.dispatcher import EventDispatcher as CeleryEventDispatcher
 
 #: ``Celery(events=EVENTS_CLASS)``.
-EVENTS_CLASS = "hookline.worker.events:Events"
+EVENTS_CLASS = "hookline.worker.task_events:Events"
 
 
 #: Set in a thread while it runs ``EventDispatcher.send`` (whose flush at the buffer limit
@@ -94,4 +94,4 @@ class EventDispatcher(CeleryEventDispatcher):
 
 
 class Events(CeleryEvents):
-    dispatcher_cls: Any = "hookline.worker.events:EventDispatcher"
+    dispatcher_cls: Any = "hookline.worker.task_events:EventDispatcher"

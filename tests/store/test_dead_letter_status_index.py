@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from hookline.store.deadletter import REASONS, DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.deadletter_index import (
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_index import (
     in_transaction,
     queue_indexing,
     reindex_shard,
     status_label,
 )
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store.dead_letter_queue import REASONS, DeadLetter, DeadLetterFilter, DeadLetterQueue
 from tests.support.dead_letters import T0, CountingClient, letter
 
 FILL_REASONS = ["exhausted", "rejected", "expired"]

@@ -38,7 +38,7 @@ class PublishingApp(Celery):
         return super()._get_backend()
 
 
-def celery_app() -> Celery:
+def publishing_app() -> Celery:
     """This process's publishing app, built on first use from the Celery settings (and
     again if the settings were reconfigured in this process)."""
     global _app
@@ -64,5 +64,5 @@ def claims_on_publish() -> bool:
     """Whether a publish can claim the event id itself (``hookline_claim``): the broker is
     Hookline's Redis transport on Hookline's own Redis, so claim and push are one script."""
     config = settings()
-    transport = str(celery_app().conf.broker_transport or "")
+    transport = str(publishing_app().conf.broker_transport or "")
     return transport in (TRANSPORT, SENTINEL_TRANSPORT) and config.broker_is_state

@@ -20,7 +20,7 @@ from examples.receiver import Reply, always
 from hookline import send_webhook
 from hookline.store.endpoints import EndpointRegistry
 from hookline.transport.envelope import build_message
-from hookline.worker.celery import app
+from hookline.worker.celery import worker_app
 from tests.conftest import flushed, isolated_url, wait_until
 
 STOP_URL = isolated_url(6)
@@ -31,11 +31,11 @@ def test_task_events_reach_an_event_receiver(worker, receiver):
     seen: list[dict] = []
     ready = threading.Event()
 
-    class Listener(app.events.Receiver):  # type: ignore[misc,name-defined]
+    class Listener(worker_app.events.Receiver):  # type: ignore[misc,name-defined]
         def on_consume_ready(self, *args, **kwargs):
             ready.set()  # the queue is bound: no event sent from now on is missed
 
-    with app.connection_for_read() as connection:
+    with worker_app.connection_for_read() as connection:
         listener = Listener(connection, handlers={"*": seen.append})
         thread = threading.Thread(target=listener.capture, kwargs={"wakeup": False},
                                   daemon=True)
@@ -77,7 +77,7 @@ def hearing(connection: Any) -> Iterator[Heard]:
     heard = Heard()
     ready = threading.Event()
 
-    class Listener(app.events.Receiver):  # type: ignore[misc,name-defined]
+    class Listener(worker_app.events.Receiver):  # type: ignore[misc,name-defined]
         def on_consume_ready(self, *args: Any, **kwargs: Any) -> None:
             ready.set()
 
@@ -104,7 +104,7 @@ def test_task_events_come_in_batches_within_the_window_and_none_is_lost(worker, 
     happened: every delivery's received, started and succeeded, in that order."""
     endpoint = EndpointRegistry().add("events-batch", receiver.route("/batch",
                                                                      always(Reply(204))))
-    with app.connection_for_read() as connection, hearing(connection) as heard:
+    with worker_app.connection_for_read() as connection, hearing(connection) as heard:
         task_ids = [send_webhook(endpoint.id, "order.created", {"n": n}) for n in range(120)]
         wanted = ["task-received", "task-started", "task-succeeded"]
         wait_until(lambda: all(heard.types(t)[-1:] == ["task-succeeded"] for t in task_ids),
@@ -139,7 +139,7 @@ def test_a_stopping_worker_publishes_the_task_events_it_holds(stop_db, receiver,
         pipe = stop_db.pipeline(transaction=False)
         for event_id in event_ids:
             pipe.lpush("hookline", build_message(
-                app, task_name="hookline.deliver", task_id=event_id,
+                worker_app, task_name="hookline.deliver", task_id=event_id,
                 args=[endpoint.id, "order.created", {"id": event_id}],
                 kwargs={"event_id": event_id}, retries=0, queue="hookline"))
         pipe.execute()

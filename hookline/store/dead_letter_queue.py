@@ -4,7 +4,7 @@ inspect and replay.
 ``hookline:{dlq}:entries`` is a hash of entry id -> JSON; ``hookline:{dlq}:by_time`` orders the
 ids by when they were dead-lettered; ``by_reason:<reason>``, ``by_endpoint:<endpoint>``,
 ``by_endpoint_reason:<reason>:<endpoint>`` and ``by_status:<status>`` do the same per reason,
-per endpoint, per both and per last HTTP status (``hookline.store.deadletter_index``), so a
+per endpoint, per both and per last HTTP status (``hookline.store.dead_letter_index``), so a
 filtered page or count reads no entry it does not show. An entry id is ``<endpoint id>/<event
 id>``: the same event sent to two endpoints has two entries, and dead-lettering an event again
 replaces its entry. A ``conflict`` (another content sent under a used event id) is kept apart,
@@ -40,7 +40,7 @@ import redis
 from hookline.core.config import settings
 from hookline.core.logs import log_event
 from hookline.store import connection as store
-from hookline.store.deadletter_index import (
+from hookline.store.dead_letter_index import (
     queue_removal,
     remove_entries,
     watched_statuses,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
-import hookline.store.deadletter
+import hookline.store.dead_letter_queue
 from hookline.core.config import ConfigError, load_settings, settings
 from hookline.delivery.replay import THROTTLE_ABOVE, replay_interval, replay_spread
-from hookline.store.deadletter import (
+from hookline.store.dead_letter_queue import (
     DLQ_INDEX_KEY,
     DLQ_KEY,
     DLQ_REASON_KEY,
@@ -131,7 +131,7 @@ def test_trim_removes_only_entries_dead_lettered_before_the_cutoff(dlq):
 
 
 def test_trim_goes_through_large_queues_in_batches_and_honours_a_limit(monkeypatch):
-    monkeypatch.setattr(hookline.store.deadletter, "TRIM_BATCH", 7)
+    monkeypatch.setattr(hookline.store.dead_letter_queue, "TRIM_BATCH", 7)
     queue = DeadLetterQueue()
     queue._write([entry("a", f"evt-{n}", "exhausted", at=T0 + n) for n in range(50)])
     assert queue.trim(T0 + 30, limit=20) == 20
@@ -143,10 +143,10 @@ def test_trim_goes_through_large_queues_in_batches_and_honours_a_limit(monkeypat
 @pytest.fixture
 def one_hour_retention(monkeypatch):
     hour = dataclasses.replace(settings(), dlq_retention=3600.0)
-    monkeypatch.setattr(hookline.store.deadletter, "settings", lambda: hour)
-    hookline.store.deadletter._auto_trim.reset()
+    monkeypatch.setattr(hookline.store.dead_letter_queue, "settings", lambda: hour)
+    hookline.store.dead_letter_queue._auto_trim.reset()
     yield 3600.0
-    hookline.store.deadletter._auto_trim.reset()
+    hookline.store.dead_letter_queue._auto_trim.reset()
 
 
 def test_adding_a_dead_letter_trims_expired_ones_at_most_once_a_minute(one_hour_retention):
@@ -158,15 +158,15 @@ def test_adding_a_dead_letter_trims_expired_ones_at_most_once_a_minute(one_hour_
     assert [e.event_id for e in queue.find()] == ["kept", "new"]
     queue.add(entry("a", "expired-2", "rejected", at=now - 7200))  # within the minute: stays
     assert queue.count() == 3
-    hookline.store.deadletter._auto_trim.reset()  # a minute later
+    hookline.store.dead_letter_queue._auto_trim.reset()  # a minute later
     queue.add(entry("a", "newer", "rejected", at=now))
     assert [e.event_id for e in queue.find()] == ["kept", "new", "newer"]
 
 
 def test_a_retention_of_zero_keeps_dead_letters_forever(monkeypatch):
     forever = dataclasses.replace(settings(), dlq_retention=0.0)
-    monkeypatch.setattr(hookline.store.deadletter, "settings", lambda: forever)
-    hookline.store.deadletter._auto_trim.reset()
+    monkeypatch.setattr(hookline.store.dead_letter_queue, "settings", lambda: forever)
+    hookline.store.dead_letter_queue._auto_trim.reset()
     queue = DeadLetterQueue()
     queue.add(entry("a", "ancient", "exhausted", at=1.0))
     queue.add(entry("a", "new", "exhausted", at=time.time()))

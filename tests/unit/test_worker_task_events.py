@@ -12,8 +12,8 @@ from typing import Any
 
 from celery import Celery
 
-from hookline.worker.celery import app as worker_app
-from hookline.worker.events import EVENTS_CLASS, EventDispatcher
+from hookline.worker.celery import worker_app
+from hookline.worker.task_events import EVENTS_CLASS, EventDispatcher
 
 
 class SlowWrite:
@@ -68,7 +68,7 @@ def test_a_flush_from_send_publishes_only_a_full_buffer() -> None:
     """Pool threads whose event filled the buffer all flush; those that got the lock after
     the first published it find one or two events, which the timer publishes instead of a
     message each."""
-    from hookline.worker import events
+    from hookline.worker import task_events
 
     app = Celery("t", set_as_current=False, broker="memory://", events=EVENTS_CLASS)
     with app.connection_for_write() as connection:
@@ -76,11 +76,11 @@ def test_a_flush_from_send_publishes_only_a_full_buffer() -> None:
                                            buffer_limit=3)
         dispatcher.producer = producer = Recorder()
         dispatcher.send("task-started", uuid="a")
-        events._sending.active = True  # as in a send that reached the limit meanwhile
+        task_events._sending.active = True  # as in a send that reached the limit meanwhile
         try:
             dispatcher.flush()
         finally:
-            events._sending.active = False
+            task_events._sending.active = False
         assert producer.published == []
         dispatcher.send("task-started", uuid="b")
         dispatcher.send("task-started", uuid="c")  # the limit: published from send

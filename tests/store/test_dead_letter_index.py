@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.deadletter_index import Position
-from hookline.store.deadletter_pages import DeadLetterPages
+from hookline.store.dead_letter_filtering import DeadLetterPages
+from hookline.store.dead_letter_index import Position
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterFilter, DeadLetterQueue
 from hookline.store.keys import dead_letter_shards
 from tests.support.dead_letters import T0, CountingClient, letter
 

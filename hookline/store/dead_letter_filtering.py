@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookline.store.deadletter import DeadLetter, DeadLetterFilter, DeadLetterQueue
-from hookline.store.deadletter_index import (
+from hookline.store.dead_letter_index import (
     Position,
     count_of,
     endpoint_of,
@@ -33,6 +32,7 @@ from hookline.store.deadletter_index import (
     indexed_status,
     page_of,
 )
+from hookline.store.dead_letter_queue import DeadLetter, DeadLetterFilter, DeadLetterQueue
 from hookline.store.keys import DeadLetterKeys, endpoint_shard
 
 #: Entries a page reads at most, per entry shown, when the filter needs entries to decide.
