@@ -40,6 +40,7 @@ from hookline.core.errors import InvalidField
 from hookline.core.event import recorded_id
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_webhook
+from hookline.core.specs import EventSpec
 from hookline.core.subscriptions import FILTER_PATTERN
 from hookline.delivery.prepared import PreparedEvent, enqueue_prepared, raise_refused
 from hookline.service import audit, endpoint_actions
@@ -139,8 +140,9 @@ def send_test_event(actor: Actor, endpoint_id: str) -> str:
     disabled endpoint dead-letters it, and the page says why); returns its event id."""
     actor.require_act(f"send a test event to {endpoint_id}")
     endpoint = require_endpoint(actor, endpoint_id)
-    event = checked_webhook(endpoint.id, TEST_EVENT_TYPE, sample_payload(endpoint.id, actor.name),
-                            f"test_{uuid.uuid4().hex}", None, None)
+    event = checked_webhook(EventSpec(endpoint.id, TEST_EVENT_TYPE,
+                                      sample_payload(endpoint.id, actor.name),
+                                      f"test_{uuid.uuid4().hex}"))
     payload = json.loads(event.text)
     prepared = PreparedEvent(endpoint.id, TEST_EVENT_TYPE, payload, event.event_id, None,
                              len(event.text.encode()), content_digest(TEST_EVENT_TYPE, payload))
