@@ -16,6 +16,7 @@ from werkzeug.wrappers import Response
 
 from hookline.console.visit import Visit
 from hookline.core.errors import InvalidField
+from hookline.core.specs import EndpointSpec
 from hookline.service import endpoint_setup
 
 #: How a face renders a page: ``render(visit, template, **values)`` (the portal's adds the
@@ -51,12 +52,12 @@ def add_from_form(visit: Visit, render: Render, *, app: str | None) -> Response:
     """Add the endpoint the form describes; the generated secret is shown in this answer
     only (no redirect; the security headers say ``no-store``)."""
     timeout, cap = _number(visit, "timeout"), _number(visit, "max_in_flight")
-    added = endpoint_setup.add_endpoint(
-        visit.actor, visit.form("endpoint_id"), visit.form("url"), picked(visit), app=app,
-        signature=visit.form("signature") or None,
-        rate=visit.form("rate") or None,
-        timeout=None if timeout is None else _parsed(timeout, float, "timeout"),
-        max_in_flight=None if cap is None else _parsed(cap, int, "max_in_flight"))
+    spec = EndpointSpec(app=app, rate=visit.form("rate") or None,
+                        timeout=None if timeout is None else _parsed(timeout, float, "timeout"),
+                        max_in_flight=None if cap is None else _parsed(cap, int, "max_in_flight"))
+    added = endpoint_setup.add_endpoint(visit.actor, visit.form("endpoint_id"), visit.form("url"),
+                                        picked(visit), signature=visit.form("signature") or None,
+                                        **spec)
     return render(visit, "secret.html", endpoint_id=added.summary.id, secret=added.secret,
                   public_key=added.public_key, added=True, previous_until=[])
 

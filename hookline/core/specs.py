@@ -72,3 +72,14 @@ class EndpointSpec(TypedDict, total=False):
     ordered: bool | None
     order_policy: str | None
     trace_context: bool | None
+
+
+def given_settings(spec: EndpointSpec, **first: Any) -> list[str]:
+    """The names of the settings given: ``first`` (a face's own, such as ``url``, named
+    first), then ``spec``'s in their declared order; each not None, and ``headers`` and
+    ``remove_headers`` not empty. What an update's answer and its audit entry name, never a
+    value (a secret, a header's credentials)."""
+    values = {**first, **{name: spec.get(name) for name in EndpointSpec.__annotations__
+                          if name not in first}}
+    return [name for name, value in values.items()
+            if value is not None and (value or name not in ("headers", "remove_headers"))]
