@@ -26,8 +26,8 @@ from hookline.core.errors import InvalidField
 from hookline.core.times import format_time_param
 from hookline.service import dead_letter_selection as selection
 from hookline.service import dead_letters, replay_jobs
-from hookline.service.dead_letter_query import time_param
 from hookline.service.dead_letters import DeadLetterQuery
+from hookline.service.pages import time_param
 
 routes = Routes("dead_letters")
 
