@@ -120,6 +120,7 @@ def dco_outbox(stack: ExitStack, broker: str, workdir: Path) -> str:
 
 def fill_hookline(url: str, rows: int) -> float:
     """``rows`` rows as ``add_webhook`` writes them, by COPY; seconds taken."""
+    from hookline.core.specs import EventSpec
     from hookline.outbox.rows import COLUMNS, webhook_row
 
     started = time.monotonic()
@@ -127,7 +128,7 @@ def fill_hookline(url: str, rows: int) -> float:
     with connect(url) as connection, connection.cursor() as cursor, \
             cursor.copy(statement) as copy:
         for n in range(rows):
-            values = webhook_row(ENDPOINT, EVENT_TYPE, payload(n)).values()
+            values = webhook_row(EventSpec(ENDPOINT, EVENT_TYPE, payload(n))).values()
             copy.write_row([values[column] for column in COLUMNS])
     analyze(url, "hookline_outbox")
     return time.monotonic() - started

@@ -11,6 +11,7 @@ from hookline.core.errors import EventIdConflict, WebhookInputError
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_webhook
 from hookline.core.messages import DELIVERY_QUEUE
+from hookline.core.specs import EventSpec
 from hookline.delivery.prepared import PreparedEvent, enqueue_prepared, raise_refused
 from hookline.delivery.publisher import claims_on_publish
 from hookline.store.identity import claims
@@ -19,23 +20,13 @@ from hookline.transport.bounded import bounded
 if TYPE_CHECKING:  # the registry's module (endpoint validation, signing) is not the web path's
     from hookline.store.endpoints import EndpointRegistry
 
-__all__ = ["EventIdConflict", "PreparedEvent", "WebhookInputError", "enqueue_prepared",
-           "prepare_event", "send_webhook"]
+__all__ = ["EventIdConflict", "EventSpec", "PreparedEvent", "WebhookInputError",
+           "enqueue_prepared", "prepare_event", "send_event", "send_webhook"]
 
 
 @bounded
-def prepare_event(
-    endpoint_id: str,
-    event_type: str,
-    payload: Any,
-    event_id: str | None = None,
-    *,
-    deadline: float | datetime | None = None,
-    registry: EndpointRegistry | None = None,
-    bind: bool = True,
-    claim_on_publish: bool = False,
-    ordering_key: str | None = None,
-) -> PreparedEvent:
+def prepare_event(spec: EventSpec, *, registry: EndpointRegistry | None = None,
+                  bind: bool = True, claim_on_publish: bool = False) -> PreparedEvent:
     """The checks of :func:`send_webhook`, without enqueueing; raises
     :class:`WebhookInputError` (:class:`EventIdConflict` for a used id with other content).
     The payload is copied as JSON, so an event enqueued later (on a transaction's commit) is
@@ -46,7 +37,8 @@ def prepare_event(
     be enqueued, such as one waiting for a commit; the worker binds it then).
     ``claim_on_publish``: no round trip here; :func:`enqueue_prepared` claims the id in the
     publish (one round trip in all, when the broker is Hookline's own Redis)."""
-    event = checked_webhook(endpoint_id, event_type, payload, event_id, deadline, ordering_key)
+    event = checked_webhook(spec)
+    endpoint_id, event_type = spec.endpoint_id, spec.event_type
     event_id, deadline_ts, ordering_key = event.event_id, event.deadline, event.ordering_key
     size = len(event.text.encode())
     copy = json.loads(event.text)
@@ -86,14 +78,20 @@ def send_webhook(
     ``HOOKLINE_REDIS_TIMEOUT`` or refuses the connection: the event may or may not be queued,
     so send it again with the same ``event_id`` (it is delivered once).
     """
+    return send_event(EventSpec(endpoint_id, event_type, payload, event_id, deadline,
+                                ordering_key), registry=registry)
+
+
+def send_event(spec: EventSpec, *, registry: EndpointRegistry | None = None) -> str:
+    """:func:`send_webhook` for an event given as one :class:`EventSpec` (how the faces
+    pass it on)."""
     # With the broker on Hookline's own Redis (the default), the id is claimed in the publish:
     # one round trip, as a plain .delay() (issue 15); otherwise a claim first, then the publish.
     # Where traces are on, a PRODUCER span whose context the message carries.
-    with tracing.producer(DELIVERY_QUEUE, endpoint_id=endpoint_id, event_id=event_id) as span:
+    with tracing.producer(DELIVERY_QUEUE, endpoint_id=spec.endpoint_id,
+                          event_id=spec.event_id) as span:
         sent = enqueue_prepared(prepare_event(
-            endpoint_id, event_type, payload, event_id, deadline=deadline, registry=registry,
-            claim_on_publish=registry is None and claims_on_publish(),
-            ordering_key=ordering_key))
+            spec, registry=registry, claim_on_publish=registry is None and claims_on_publish()))
         if span is not None:
             span.set_attribute("hookline.event.id", sent)
         return sent

@@ -46,15 +46,19 @@ from hookline.store.dead_letter_queue import REASONS, DeadLetter, DeadLetterQueu
 __all__ = ["dlq", "lookup_id", "parse_age", "parse_time"]
 
 
-class AgeParam(click.ParamType):
-    name = "AGE"
+class ParsedParam(click.ParamType):
+    """A value ``parse`` reads (Unix seconds, or seconds of age); its ValueError is click's
+    one-line error."""
+
+    def __init__(self, name: str, parse: Callable[[str], float]) -> None:
+        self.name, self.parse = name, parse
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> float:
         if isinstance(value, float):
             return value
         try:
-            return parse_age(str(value))
+            return self.parse(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
@@ -74,17 +78,8 @@ class RateParam(click.ParamType):
         return text
 
 
-class TimeParam(click.ParamType):
-    name = "TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-                ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_time(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+#: A time as ``--since`` and ``--until`` take it, and an age as ``--older-than`` does.
+TIME, AGE = ParsedParam("TIME", parse_time), ParsedParam("AGE", parse_age)
 
 
 def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,9 +93,9 @@ def selection_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--status", type=click.IntRange(min=0, max=599), metavar="CODE",
                      help="Only dead letters whose last attempt got this HTTP status (0: no "
                           "response)."),
-        click.option("--since", type=TimeParam(),
+        click.option("--since", type=TIME,
                      help=f"Dead-lettered at or after TIME: {TIME_HELP}."),
-        click.option("--until", type=TimeParam(), help="Dead-lettered at or before TIME."),
+        click.option("--until", type=TIME, help="Dead-lettered at or before TIME."),
         click.option("--min-attempts", type=click.IntRange(min=0), metavar="N",
                      help="Only dead letters with at least N attempts."),
         click.option("--max-attempts", type=click.IntRange(min=0), metavar="N",
@@ -320,7 +315,7 @@ def dlq_purge(ids: tuple[str, ...], select_all: bool, dry_run: bool, yes: bool,
 
 
 @dlq.command("trim")
-@click.option("--older-than", type=AgeParam(),
+@click.option("--older-than", type=AGE,
               help="Trim dead letters older than AGE (seconds, or e.g. 12h, 7d) instead of "
                    "HOOKLINE_DLQ_RETENTION.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be trimmed.")

@@ -9,7 +9,8 @@ never; a header's value is never echoed back.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -35,6 +36,7 @@ from hookline.core.endpoint_validation import (
     validate_signature,
 )
 from hookline.core.event import shown
+from hookline.core.specs import EndpointSpec, given_settings
 from hookline.service import endpoint_actions as actions
 from hookline.service.actor import cli_actor
 from hookline.service.endpoints import (
@@ -66,6 +68,9 @@ ORDERED_HELP = ("Deliveries with the same ordering key (send_webhook's ordering_
 ORDER_POLICY_HELP = ("What a key does when its head is dead-lettered: block (wait until the "
                      "dead letter is replayed or discarded; the default) or skip (the next "
                      "goes; the Hookline-Sequence header shows the receiver the gap).")
+Callback = TypeVar("Callback", bound=Callable[..., Any])
+#: How update's answer names a setting whose option is named otherwise.
+CHANGED = {"headers": "header", "remove_headers": "removed header", "event_types": "events"}
 TRACE_CONTEXT_HELP = ("Send the attempt's W3C traceparent (and tracestate) to this receiver, "
                       "where OpenTelemetry traces are on. Off by default: it tells the "
                       "receiver your trace ids (docs/operations/tracing.md).")
@@ -110,6 +115,60 @@ def _cap(value: int | None) -> int | None:
     return value
 
 
+def _setting_options(*, update: bool) -> Callable[[Callback], Callback]:
+    """The options of an endpoint's settings, one per setting of an
+    :class:`~hookline.core.specs.EndpointSpec` and named as it names them, for ``add`` (the
+    help says what leaving one out means) or for ``update`` (how to clear one)."""
+    def ending(for_add: str, for_update: str) -> str:
+        return for_update if update else for_add
+
+    options = [
+        click.option("--timeout", type=float, metavar="SECONDS",
+                     help=ending("Read timeout for this endpoint (default "
+                                 "HOOKLINE_READ_TIMEOUT).", "New read timeout.")),
+        click.option("--retry-policy", type=JsonParam(object_only=True),
+                     help=RETRY_POLICY_HELP + ending("", " Merged into the current overrides.")),
+        click.option("--rate", metavar="N/s|N/m|N/h" + ending("", "|none"),
+                     help=RATE_HELP + ending("; no limit when omitted.", "; 'none' removes it.")),
+        click.option("--burst", type=int, metavar="N",
+                     help=BURST_HELP + ending(" (default: the registry's).", ".")),
+        click.option("--header", "headers", type=HeaderParam(), multiple=True,
+                     help=HEADER_HELP + ending("", " A header of the same name is replaced.")),
+        *([click.option("--remove-header", "remove_headers", metavar="NAME", multiple=True,
+                        help="Stop sending header NAME (repeatable).")] if update else []),
+        click.option("--app", metavar="APP" + ending("", "|none"),
+                     help=APP_HELP + ending(".", "; 'none' takes it out.")),
+        click.option("--events", "event_types", metavar="TYPES" + ending("", "|none"),
+                     help=EVENTS_HELP + ending("; every type when omitted.",
+                                               "; 'none': every type.")),
+        click.option("--channels", metavar="CHANNELS" + ending("", "|none"),
+                     help=CHANNELS_HELP + ending("; no channel filter when omitted.",
+                                                 "; 'none': no channel filter.")),
+        click.option("--max-in-flight", type=int, metavar="N",
+                     help=MAX_IN_FLIGHT_HELP + ending("; no cap when omitted.",
+                                                      "; 0 removes the cap.")),
+        click.option(ending("--ordered", "--ordered/--unordered"), is_flag=True,
+                     default=None if update else False,
+                     help=ORDERED_HELP + ending("", " --unordered puts the waiting deliveries "
+                                                    "back on the queue.")),
+        click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP),
+        click.option(ending("--trace-context", "--trace-context/--no-trace-context"),
+                     is_flag=True, default=None if update else False, help=TRACE_CONTEXT_HELP),
+    ]
+
+    def decorate(command: Callback) -> Callback:
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return decorate
+
+
+def _spec(options: dict[str, Any], **checked: Any) -> EndpointSpec:
+    """The settings the options gave (click passes them by the spec's names), with those the
+    command checked itself (``checked``) in their place."""
+    return cast(EndpointSpec, {**options, **checked})
+
+
 @endpoint.command("add")
 @click.argument("endpoint_id", metavar="ID")
 @click.option("--url", required=True, help="Where events are POSTed (http or https).")
@@ -117,40 +176,16 @@ def _cap(value: int | None) -> int | None:
              signature_help="The kind of key generated: hmac (v1 signatures, the default; "
                             "the secret is printed once) or ed25519 (v1a: a key pair; its "
                             "public key is printed, the private key never).")
-@click.option("--timeout", type=float, metavar="SECONDS",
-              help="Read timeout for this endpoint (default HOOKLINE_READ_TIMEOUT).")
-@click.option("--retry-policy", type=JsonParam(object_only=True), help=RETRY_POLICY_HELP)
-@click.option("--rate", metavar="N/s|N/m|N/h", help=RATE_HELP + "; no limit when omitted.")
-@click.option("--burst", type=int, metavar="N",
-              help=BURST_HELP + " (default: the registry's).")
-@click.option("--header", "headers", type=HeaderParam(), multiple=True, help=HEADER_HELP)
-@click.option("--app", "app_id", metavar="APP", help=APP_HELP + ".")
-@click.option("--events", metavar="TYPES", help=EVENTS_HELP + "; every type when omitted.")
-@click.option("--channels", metavar="CHANNELS",
-              help=CHANNELS_HELP + "; no channel filter when omitted.")
-@click.option("--max-in-flight", type=int, metavar="N",
-              help=MAX_IN_FLIGHT_HELP + "; no cap when omitted.")
-@click.option("--ordered", is_flag=True, help=ORDERED_HELP)
-@click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP)
-@click.option("--trace-context", is_flag=True, help=TRACE_CONTEXT_HELP)
-def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str | None,
-                 timeout: float | None,
-                 retry_policy: dict[str, Any] | None, rate: str | None, burst: int | None,
-                 headers: tuple[tuple[str, str], ...], app_id: str | None, events: str | None,
-                 channels: str | None, max_in_flight: int | None, ordered: bool,
-                 order_policy: str | None, trace_context: bool) -> None:
+@_setting_options(update=False)
+def endpoint_add(endpoint_id: str, url: str, signature: str | None, rate: str | None,
+                 headers: tuple[tuple[str, str], ...], max_in_flight: int | None,
+                 **options: Any) -> None:
     """Register endpoint ID. Without --secret a key is generated: an HMAC secret printed
     once, or with --signature ed25519 a key pair whose public key is printed."""
     # Without --burst the registry's own default applies.
-    answer = actions.add_endpoint(cli_actor(), endpoint_id, url, secret=secret,
-                                  signature=signature,
-                                  timeout=timeout, retry_policy=retry_policy,
-                                  rate=checked_rate(rate),
-                                  headers=validate_headers({}, headers), app=app_id,
-                                  event_types=events, channels=channels,
-                                  max_in_flight=_cap(max_in_flight), burst=burst,
-                                  ordered=ordered, order_policy=order_policy,
-                                  trace_context=trace_context)
+    spec = _spec(options, rate=checked_rate(rate), headers=validate_headers({}, headers),
+                 max_in_flight=_cap(max_in_flight))
+    answer = actions.add_endpoint(cli_actor(), endpoint_id, url, signature=signature, **spec)
     added = answer.summary
     click.echo(f"added endpoint {added.id} -> {added.url}"
                + (f" in application {added.app} ({subscription_text(added)})"
@@ -158,7 +193,7 @@ def endpoint_add(endpoint_id: str, url: str, secret: str | None, signature: str 
     if not added.app and (added.event_types or added.channels):
         click.echo("warning: --events and --channels choose what 'hookline publish' sends; "
                    "they have no effect without --app", err=True)
-    if added.rate is None and burst is not None:
+    if added.rate is None and spec.get("burst") is not None:
         click.echo("warning: --burst has no effect without --rate", err=True)
     echo_new_key(answer.secret, answer.public_key, label="")
 
@@ -238,43 +273,17 @@ def endpoint_show(endpoint_id: str, as_json: bool) -> None:
                             "printed once, an ed25519 key's public key is printed. Receivers "
                             "still verifying with the old key fail from then on: "
                             "'rotate-secret --signature' switches with an overlap instead.")
-@click.option("--timeout", type=float, metavar="SECONDS", help="New read timeout.")
-@click.option("--retry-policy", type=JsonParam(object_only=True),
-              help=RETRY_POLICY_HELP + " Merged into the current overrides.")
-@click.option("--rate", metavar="N/s|N/m|N/h|none", help=RATE_HELP + "; 'none' removes it.")
-@click.option("--burst", type=int, metavar="N", help=BURST_HELP + ".")
-@click.option("--header", "headers", type=HeaderParam(), multiple=True,
-              help=HEADER_HELP + " A header of the same name is replaced.")
-@click.option("--remove-header", "remove_headers", metavar="NAME", multiple=True,
-              help="Stop sending header NAME (repeatable).")
-@click.option("--app", "app_id", metavar="APP|none", help=APP_HELP + "; 'none' takes it out.")
-@click.option("--events", metavar="TYPES|none", help=EVENTS_HELP + "; 'none': every type.")
-@click.option("--channels", metavar="CHANNELS|none",
-              help=CHANNELS_HELP + "; 'none': no channel filter.")
-@click.option("--max-in-flight", type=int, metavar="N",
-              help=MAX_IN_FLIGHT_HELP + "; 0 removes the cap.")
-@click.option("--ordered/--unordered", default=None,
-              help=ORDERED_HELP + " --unordered puts the waiting deliveries back on the queue.")
-@click.option("--order-policy", type=click.Choice(ORDER_POLICIES), help=ORDER_POLICY_HELP)
-@click.option("--trace-context/--no-trace-context", default=None, help=TRACE_CONTEXT_HELP)
+@_setting_options(update=True)
 def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
-                    signature: str | None, timeout: float | None,
-                    retry_policy: dict[str, Any] | None, rate: str | None,
-                    burst: int | None, headers: tuple[tuple[str, str], ...],
-                    remove_headers: tuple[str, ...], app_id: str | None,
-                    events: str | None, channels: str | None,
-                    max_in_flight: int | None, ordered: bool | None,
-                    order_policy: str | None, trace_context: bool | None) -> None:
+                    signature: str | None, rate: str | None,
+                    headers: tuple[tuple[str, str], ...], **options: Any) -> None:
     """Change endpoint ID; pending retries use the new values at their next attempt (a new
     subscription applies to events published after it). --secret and --signature replace the
     signing keys at once; 'rotate-secret' keeps the old ones signing for an overlap."""
-    changes = {"url": url, "secret": secret, "signature": signature, "timeout": timeout,
-               "retry_policy": retry_policy, "rate": rate, "burst": burst,
-               "header": headers or None, "removed header": remove_headers or None,
-               "app": app_id, "events": events, "channels": channels,
-               "max_in_flight": max_in_flight, "ordered": ordered,
-               "order_policy": order_policy, "trace_context": trace_context}
-    changed = [name.replace("_", " ") for name, value in changes.items() if value is not None]
+    spec = _spec(options, secret=None if signature else secret, rate=checked_rate(rate),
+                 headers=dict(headers))
+    changed = [CHANGED.get(name, name).replace("_", " ")
+               for name in given_settings(spec, url=url, secret=secret, signature=signature)]
     if not changed:
         raise click.UsageError("nothing to update: give --url, --secret, --signature, "
                                "--timeout, --retry-policy, --rate, --burst, --header, "
@@ -288,16 +297,8 @@ def endpoint_update(endpoint_id: str, url: str | None, secret: str | None,
     new_key: tuple[str | None, str | None] = (None, None)
     repair: tuple[bool, int] = (False, 0)
     if set(changed) - {"secret", "signature"} or signature is None:
-        updated = actions.update_endpoint(actor, endpoint_id, url=url,
-                                          secret=None if signature else secret,
-                                          timeout=timeout, retry_policy=retry_policy,
-                                          rate=checked_rate(rate), burst=burst,
-                                          headers=dict(headers), remove_headers=remove_headers,
-                                          app=app_id, event_types=events, channels=channels,
-                                          max_in_flight=max_in_flight, ordered=ordered,
-                                          order_policy=order_policy,
-                                          trace_context=trace_context)
-        if updated.summary.rate is None and burst is not None:
+        updated = actions.update_endpoint(actor, endpoint_id, url=url, **spec)
+        if updated.summary.rate is None and spec.get("burst") is not None:
             click.echo("warning: --burst has no effect without a rate", err=True)
         new_key = (None, updated.summary.public["public_keys"][0] if secret else None)
         repair = (updated.repaired, updated.released)

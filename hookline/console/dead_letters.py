@@ -10,7 +10,8 @@ The filters are read and checked by ``DeadLetterQuery.from_params`` (a bad value
 naming it) and written back by ``to_params``, so every link a page builds carries the same
 selection. What a bulk replay or a purge selects, its pace and who may start it are the
 service's (``dead_letters``, ``dead_letter_selection``, ``replay_jobs``). The tenant portal
-draws the same pages through the functions here that take the list to go back to.
+routes the same actions (:func:`dead_letter_actions`) and draws the same pages through the
+functions here that take the list to go back to.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
-from hookline.console.visit import Routes, Visit
+from hookline.console.visit import Page, Routes, Visit
 from hookline.core.errors import InvalidField
 from hookline.core.times import format_time_param
 from hookline.service import dead_letter_selection as selection
 from hookline.service import dead_letters, replay_jobs
-from hookline.service.dead_letter_query import time_param
 from hookline.service.dead_letters import DeadLetterQuery
+from hookline.service.pages import time_param
 
 routes = Routes("dead_letters")
 
@@ -38,6 +39,9 @@ REASONS = sorted(dead_letters.REASONS)
 RECENT_JOBS = 5
 #: How a face draws a page: ``draw(visit, template, **values)`` (the portal adds its own).
 Draw = Callable[..., Response]
+#: What is done to the confirmed rows: the action, its path, its page's name.
+SELECTION_ACTIONS = (("delete", "/dead-letters/delete", "letter_delete"),
+                     ("replay", "/dead-letters/replay-selected", "letter_replay_selected"))
 #: What the list says was done to the selected rows (``?done=deleted&count=3``).
 DONE = {"delete": "deleted", "replay": "replayed"}
 
@@ -69,12 +73,6 @@ def letter_show(visit: Visit) -> Response:
     entry = dead_letters.get(visit.actor, visit.param("id"))
     return visit.render("dead_letter.html", entry=entry,
                         blocked=selection.blocked_entries(visit.actor, [entry]))
-
-
-@routes.post("/dead-letters/replay")
-def replay_one(visit: Visit) -> Response:
-    """Replay one entry now (same webhook-id); back to the list it was replayed from."""
-    return replay_then_list(visit, _query(visit.request.form), "dead_letters.letter_list")
 
 
 def replay_then_list(visit: Visit, back: DeadLetterQuery, page: str,
@@ -139,31 +137,46 @@ def purge_then_list(visit: Visit, query: DeadLetterQuery, page: str) -> Response
     return visit.redirect(page, {**query.to_params(), "done": "purged", "count": purged})
 
 
-@routes.post("/dead-letters/selection")
-def selection_confirm(visit: Visit) -> Response:
-    return select(visit, _query(visit.request.form))
+def dead_letter_actions(routes: Routes, query_of: Callable[[Any], DeadLetterQuery],
+                        draw: Draw) -> None:
+    """Route the dead-letter actions the console and the portal share on ``routes``: replay of
+    one, the ticked rows' confirmation, their deletion or replay, the purge's dry run and the
+    purge, each back to the face's list (``letter_list``) with the filters it came from
+    (``query_of`` reads them from a form or a query string); ``draw`` draws the pages."""
+    listing = f"{routes.name}.letter_list"
+
+    @routes.post("/dead-letters/replay", name="letter_replay")
+    def replay(visit: Visit) -> Response:
+        """Replay one entry now (same webhook-id); back to the list it was replayed from."""
+        return replay_then_list(visit, query_of(visit.request.form), listing, draw)
+
+    @routes.post("/dead-letters/selection", name="letter_selection")
+    def selection_confirm(visit: Visit) -> Response:
+        """The ticked rows' confirmation (another application's id: NotFound, as an
+        unknown)."""
+        return select(visit, query_of(visit.request.form), draw)
+
+    for action, path, name in SELECTION_ACTIONS:
+        routes.post(path, name=name)(_on_selection(action, query_of, listing))
+
+    @routes.get("/dead-letters/purge", name="letter_purge_confirm")
+    def purge_confirm(visit: Visit) -> Response:
+        return purge_dry_run(visit, query_of(visit.request.args), draw)
+
+    @routes.post("/dead-letters/purge", name="letter_purge")
+    def purge(visit: Visit) -> Response:
+        return purge_then_list(visit, query_of(visit.request.form), listing)
 
 
-@routes.post("/dead-letters/delete")
-def delete_selected(visit: Visit) -> Response:
-    return act_on_selection(visit, "delete", _query(visit.request.form),
-                            "dead_letters.letter_list")
+def _on_selection(action: str, query_of: Callable[[Any], DeadLetterQuery],
+                  listing: str) -> Page:
+    """The page that deletes or replays the confirmed rows."""
+    def page(visit: Visit) -> Response:
+        return act_on_selection(visit, action, query_of(visit.request.form), listing)
+    return page
 
 
-@routes.post("/dead-letters/replay-selected")
-def replay_selected(visit: Visit) -> Response:
-    return act_on_selection(visit, "replay", _query(visit.request.form),
-                            "dead_letters.letter_list")
-
-
-@routes.get("/dead-letters/purge")
-def purge_confirm(visit: Visit) -> Response:
-    return purge_dry_run(visit, _query(visit.request.args))
-
-
-@routes.post("/dead-letters/purge")
-def purge_start(visit: Visit) -> Response:
-    return purge_then_list(visit, _query(visit.request.form), "dead_letters.letter_list")
+dead_letter_actions(routes, _query, Visit.render)
 
 
 @routes.get("/dead-letters/bulk-replay")

@@ -17,18 +17,10 @@ from typing import Any
 from werkzeug.wrappers import Response
 
 from hookline.console.chart import line_chart
-from hookline.console.endpoint_forms import (
-    add_from_form,
-    plain,
-    show_test_outcome,
-    subscriptions_from_form,
-    test_event_from_form,
-    url_from_form,
-)
+from hookline.console.endpoint_forms import add_from_form, endpoint_pages, plain
 from hookline.console.visit import Routes, Visit
 from hookline.service import (
     apps,
-    endpoint_actions,
     endpoint_health,
     endpoint_setup,
     endpoint_status,
@@ -127,73 +119,5 @@ def endpoint_add(visit: Visit) -> Response:
     return add_from_form(visit, plain, app=visit.form("app") or None)
 
 
-def _done(visit: Visit, notice: str) -> Response:
-    return visit.redirect("endpoints.endpoint_show", {"notice": notice},
-                          endpoint_id=visit.args["endpoint_id"])
-
-
-@routes.post("/endpoints/<endpoint_id>/pause")
-def pause(visit: Visit) -> Response:
-    endpoint_actions.pause(visit.actor, str(visit.args["endpoint_id"]))
-    return _done(visit, "paused")
-
-
-@routes.post("/endpoints/<endpoint_id>/resume")
-def resume(visit: Visit) -> Response:
-    endpoint_actions.resume(visit.actor, str(visit.args["endpoint_id"]))
-    return _done(visit, "resumed")
-
-
-@routes.post("/endpoints/<endpoint_id>/disable")
-def disable(visit: Visit) -> Response:
-    reason = visit.form("reason") or "disabled by operator"
-    endpoint_actions.disable(visit.actor, str(visit.args["endpoint_id"]), reason)
-    return _done(visit, "disabled")
-
-
-@routes.post("/endpoints/<endpoint_id>/enable")
-def enable(visit: Visit) -> Response:
-    endpoint_actions.enable(visit.actor, str(visit.args["endpoint_id"]))
-    return _done(visit, "enabled")
-
-
-@routes.post("/endpoints/<endpoint_id>/reset-breaker")
-def reset_breaker(visit: Visit) -> Response:
-    endpoint_actions.reset_breaker(visit.actor, str(visit.args["endpoint_id"]))
-    return _done(visit, "breaker-reset")
-
-
-@routes.post("/endpoints/<endpoint_id>/rotate-secret")
-def rotate_secret(visit: Visit) -> Response:
-    rotated = endpoint_actions.rotate_secret(visit.actor, str(visit.args["endpoint_id"]),
-                                             signature=visit.form("signature") or None)
-    return visit.render("secret.html", endpoint_id=rotated.summary.id, secret=rotated.secret,
-                        public_key=rotated.public_key, added=False,
-                        previous_until=rotated.previous_until)
-
-
-@routes.post("/endpoints/<endpoint_id>/url")
-def change_url(visit: Visit) -> Response:
-    url_from_form(visit)
-    return _done(visit, "url-changed")
-
-
-@routes.post("/endpoints/<endpoint_id>/subscriptions")
-def subscriptions(visit: Visit) -> Response:
-    subscriptions_from_form(visit)
-    return _done(visit, "subscribed")
-
-
-@routes.post("/endpoints/<endpoint_id>/test-event")
-def test_event(visit: Visit) -> Response:
-    return test_event_from_form(visit, "endpoints.test_event_show")
-
-
-@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>")
-def test_event_show(visit: Visit) -> Response:
-    return show_test_outcome(visit, plain, fragment=False)
-
-
-@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>/outcome")
-def test_event_outcome(visit: Visit) -> Response:
-    return show_test_outcome(visit, plain, fragment=True)
+endpoint_pages(routes, plain, actions=("pause", "resume", "enable", "reset_breaker"),
+               disable_reason=lambda visit: visit.form("reason") or "disabled by operator")

@@ -16,25 +16,13 @@ from typing import Any
 
 from werkzeug.wrappers import Response
 
-from hookline.console.dead_letters import (
-    act_on_selection,
-    purge_dry_run,
-    purge_then_list,
-    replay_then_list,
-    select,
-)
-from hookline.console.endpoint_forms import (
-    add_from_form,
-    show_test_outcome,
-    subscriptions_from_form,
-    test_event_from_form,
-    url_from_form,
-)
+from hookline.console.dead_letters import dead_letter_actions
+from hookline.console.endpoint_forms import add_from_form, endpoint_id, endpoint_pages
 from hookline.console.endpoints import endpoint_page
 from hookline.console.events import log_values, replay_then_show
 from hookline.console.visit import Face, Routes, Visit
 from hookline.service import dead_letter_selection as selection
-from hookline.service import dead_letters, endpoint_actions, endpoint_setup, endpoints, events
+from hookline.service import dead_letters, endpoint_setup, endpoints, events
 from hookline.service.dead_letters import DeadLetterQuery
 
 routes = Routes("portal")
@@ -75,10 +63,6 @@ def render(visit: Visit, template: str, *, status: int = 200, **values: Any) -> 
                         portal_notice=NOTICES.get(visit.param("notice")), **values)
 
 
-def _endpoint_id(visit: Visit) -> str:
-    return str(visit.args["endpoint_id"])
-
-
 @routes.get("/")
 def home(visit: Visit) -> Response:
     """The application's endpoints, a page at a time, and the form to add one."""
@@ -97,74 +81,11 @@ def endpoint_add(visit: Visit) -> Response:
 
 @routes.get("/endpoints/<endpoint_id>")
 def endpoint_show(visit: Visit) -> Response:
-    return render(visit, "endpoint.html", **endpoint_page(visit, _endpoint_id(visit)))
+    return render(visit, "endpoint.html", **endpoint_page(visit, endpoint_id(visit)))
 
 
-def _back(visit: Visit, notice: str) -> Response:
-    return visit.redirect("portal.endpoint_show", {"notice": notice},
-                          endpoint_id=_endpoint_id(visit))
-
-
-@routes.post("/endpoints/<endpoint_id>/subscriptions")
-def subscriptions(visit: Visit) -> Response:
-    """Set the event types the endpoint receives, picked from the catalog (or every type)."""
-    subscriptions_from_form(visit)
-    return _back(visit, "subscribed")
-
-
-@routes.post("/endpoints/<endpoint_id>/url")
-def change_url(visit: Visit) -> Response:
-    url_from_form(visit)
-    return _back(visit, "url-changed")
-
-
-@routes.post("/endpoints/<endpoint_id>/disable")
-def disable(visit: Visit) -> Response:
-    endpoint_actions.disable(visit.actor, _endpoint_id(visit), "disabled in the portal")
-    return _back(visit, "disabled")
-
-
-@routes.post("/endpoints/<endpoint_id>/enable")
-def enable(visit: Visit) -> Response:
-    endpoint_actions.enable(visit.actor, _endpoint_id(visit))
-    return _back(visit, "enabled")
-
-
-@routes.post("/endpoints/<endpoint_id>/test-event")
-def test_event(visit: Visit) -> Response:
-    return test_event_from_form(visit, "portal.test_event_show")
-
-
-@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>")
-def test_event_show(visit: Visit) -> Response:
-    return show_test_outcome(visit, render, fragment=False)
-
-
-@routes.get("/endpoints/<endpoint_id>/test-events/<event_id>/outcome")
-def test_event_outcome(visit: Visit) -> Response:
-    return show_test_outcome(visit, render, fragment=True)
-
-
-@routes.post("/endpoints/<endpoint_id>/pause")
-def pause(visit: Visit) -> Response:
-    endpoint_actions.pause(visit.actor, _endpoint_id(visit))
-    return _back(visit, "paused")
-
-
-@routes.post("/endpoints/<endpoint_id>/resume")
-def resume(visit: Visit) -> Response:
-    endpoint_actions.resume(visit.actor, _endpoint_id(visit))
-    return _back(visit, "resumed")
-
-
-@routes.post("/endpoints/<endpoint_id>/rotate-secret")
-def rotate_secret(visit: Visit) -> Response:
-    """A new signing secret, shown in this answer only (no redirect, not cached)."""
-    rotated = endpoint_actions.rotate_secret(visit.actor, _endpoint_id(visit),
-                                             signature=visit.form("signature") or None)
-    return render(visit, "secret.html", endpoint_id=rotated.summary.id, secret=rotated.secret,
-                  public_key=rotated.public_key, added=False,
-                  previous_until=rotated.previous_until)
+endpoint_pages(routes, render, actions=("pause", "resume", "enable"),
+               disable_reason=lambda visit: "disabled in the portal")
 
 
 @routes.get("/events")
@@ -208,35 +129,4 @@ def letter_show(visit: Visit) -> Response:
                   blocked=selection.blocked_entries(visit.actor, [entry]))
 
 
-@routes.post("/dead-letters/replay")
-def letter_replay(visit: Visit) -> Response:
-    return replay_then_list(visit, _letter_query(visit.request.form), "portal.letter_list",
-                            render)
-
-
-@routes.post("/dead-letters/selection")
-def letter_selection(visit: Visit) -> Response:
-    """The ticked rows' confirmation (another application's id: NotFound, as an unknown)."""
-    return select(visit, _letter_query(visit.request.form), render)
-
-
-@routes.post("/dead-letters/delete")
-def letter_delete(visit: Visit) -> Response:
-    return act_on_selection(visit, "delete", _letter_query(visit.request.form),
-                            "portal.letter_list")
-
-
-@routes.post("/dead-letters/replay-selected")
-def letter_replay_selected(visit: Visit) -> Response:
-    return act_on_selection(visit, "replay", _letter_query(visit.request.form),
-                            "portal.letter_list")
-
-
-@routes.get("/dead-letters/purge")
-def letter_purge_confirm(visit: Visit) -> Response:
-    return purge_dry_run(visit, _letter_query(visit.request.args), render)
-
-
-@routes.post("/dead-letters/purge")
-def letter_purge(visit: Visit) -> Response:
-    return purge_then_list(visit, _letter_query(visit.request.form), "portal.letter_list")
+dead_letter_actions(routes, _letter_query, render)

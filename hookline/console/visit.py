@@ -132,23 +132,24 @@ class Visit:
 
 class Routes:
     """A page module's pages: ``@routes.get("/endpoints")`` registers a page under the name
-    ``"<module>.<function>"`` for :class:`~hookline.console.wsgi.Console` to route."""
+    ``"<module>.<function>"`` (or ``name``, for a page made by a function the console and the
+    portal share) for :class:`~hookline.console.wsgi.Console` to route."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.rules: list[Rule] = []
         self.pages: dict[str, Page] = {}
 
-    def _add(self, path: str, methods: list[str]) -> Callable[[Page], Page]:
+    def _add(self, path: str, methods: list[str], name: str | None) -> Callable[[Page], Page]:
         def register(page: Page) -> Page:
-            key = f"{self.name}.{page.__name__}"
+            key = f"{self.name}.{name or page.__name__}"
             self.rules.append(Rule(path, endpoint=key, methods=methods))
             self.pages[key] = page
             return page
         return register
 
-    def get(self, path: str) -> Callable[[Page], Page]:
-        return self._add(path, ["GET"])
+    def get(self, path: str, *, name: str | None = None) -> Callable[[Page], Page]:
+        return self._add(path, ["GET"], name)
 
-    def post(self, path: str) -> Callable[[Page], Page]:
-        return self._add(path, ["POST"])
+    def post(self, path: str, *, name: str | None = None) -> Callable[[Page], Page]:
+        return self._add(path, ["POST"], name)

@@ -61,10 +61,11 @@ CONSOLE = Face("base.html", {
     "add_endpoint": "endpoints.endpoint_add",
     "events": "events.event_search", "event_replay": "events.replay",
     "letters": "dead_letters.letter_list", "letter": "dead_letters.letter_show",
-    "letter_replay": "dead_letters.replay_one", "letter_select": "dead_letters.selection_confirm",
-    "letter_delete": "dead_letters.delete_selected",
-    "letter_replay_selected": "dead_letters.replay_selected",
-    "letter_purge": "dead_letters.purge_confirm", "letter_purge_start": "dead_letters.purge_start",
+    "letter_replay": "dead_letters.letter_replay", "letter_select": "dead_letters.letter_selection",
+    "letter_delete": "dead_letters.letter_delete",
+    "letter_replay_selected": "dead_letters.letter_replay_selected",
+    "letter_purge": "dead_letters.letter_purge_confirm",
+    "letter_purge_start": "dead_letters.letter_purge",
 }, operator=True)
 
 

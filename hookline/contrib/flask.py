@@ -50,6 +50,7 @@ from hookline.core.config import ConfigError, Settings, settings
 from hookline.core.logs import log_event
 from hookline.core.operational_events import OperationalEvent
 from hookline.core.refusal import refused
+from hookline.core.specs import EventSpec, PublicationSpec
 
 __all__ = ["Hookline", "endpoint_disabled", "endpoint_failing", "endpoint_recovered",
            "event_dead_lettered"]
@@ -126,10 +127,10 @@ class Hookline:
     ) -> str:
         """Validate and enqueue one event, as :func:`hookline.send_webhook`; returns its event id.
         Raises :class:`hookline.WebhookInputError` on bad input."""
-        from hookline.api.enqueue import send_webhook as _send_webhook
+        from hookline.api.enqueue import send_event
 
-        return _send_webhook(endpoint_id, event_type, payload, event_id, deadline=deadline,
-                             ordering_key=ordering_key)
+        return send_event(EventSpec(endpoint_id, event_type, payload, event_id, deadline,
+                                    ordering_key))
 
     def send_webhook_on_commit(
         self,
@@ -150,17 +151,16 @@ class Hookline:
         nothing here touches Redis. Off, the event is checked now (Redis included, as
         :func:`hookline.send_webhook`) and enqueued when the session commits; a rollback
         sends nothing."""
+        spec = EventSpec(endpoint_id, event_type, payload, event_id, deadline, ordering_key)
         if _outbox(session):
-            from hookline.contrib.sqlalchemy import add_webhook
+            from hookline.contrib.sqlalchemy import add_event
 
-            return add_webhook(session, endpoint_id, event_type, payload, event_id,
-                               deadline=deadline, ordering_key=ordering_key)
+            return add_event(session, spec)
         from sqlalchemy import event as sa_event
 
         from hookline.api.enqueue import prepare_event
 
-        prepared = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline,
-                                 bind=False, ordering_key=ordering_key)
+        prepared = prepare_event(spec, bind=False)
         target = getattr(session, "registry", None)  # a scoped_session: its session now
         target = target() if callable(target) else session
         ended = [False]  # the transaction this event belongs to has ended
@@ -198,14 +198,13 @@ class Hookline:
         ``db.session``) the event is instead a row of the outbox in that session's
         transaction (``hookline.contrib.sqlalchemy.add_publication``), published by the
         workers' relay once committed."""
+        spec = PublicationSpec(app_id, event_type, payload, event_id, channels, deadline,
+                               ordering_key)
         if session is not None and _outbox(session):
-            from hookline.contrib.sqlalchemy import add_publication
+            from hookline.contrib.sqlalchemy import add_event
 
-            return add_publication(session, app_id, event_type, payload, event_id,
-                                   channels=channels, deadline=deadline,
-                                   ordering_key=ordering_key)
-        publication = prepare_publication(app_id, event_type, payload, event_id, channels,
-                                          deadline, ordering_key)
+            return add_event(session, spec)
+        publication = prepare_publication(spec)
         if has_request_context():
             pending: list[Publication] = g.setdefault(_PENDING, [])
             pending.append(publication)

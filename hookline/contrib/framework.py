@@ -12,15 +12,15 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hookline.core.operational_events import KINDS, REGISTRY, OperationalEvent
 
 if TYPE_CHECKING:
     from hookline.core.config import Settings
+    from hookline.core.specs import PublicationSpec
     from hookline.delivery.prepared import PreparedEvent
 
 # A web process imports this module with its framework (Django's INSTALLED_APPS, a Flask
@@ -87,10 +87,7 @@ class Publication:
     ordering_key: str | None = None
 
 
-def prepare_publication(app_id: str, event_type: str, payload: Any, event_id: str | None,
-                        channels: Sequence[str] | None,
-                        deadline: float | datetime | None,
-                        ordering_key: str | None = None) -> Publication:
+def prepare_publication(spec: PublicationSpec) -> Publication:
     """Check what can be checked without Redis (the application id's form, the event type, id,
     payload, channels, deadline and ordering key: ``WebhookInputError`` at the call site) and
     copy the payload as JSON, so the event published at commit is the one checked now.
@@ -98,11 +95,10 @@ def prepare_publication(app_id: str, event_type: str, payload: Any, event_id: st
     when it runs."""
     from hookline.core.incoming import checked_publication
 
-    checked = checked_publication(app_id, event_type, payload, event_id, channels, deadline,
-                                  ordering_key)
-    return Publication(app_id, event_type, json.loads(checked.text), checked.event_id,
-                       checked.channels if channels is not None else None, checked.deadline,
-                       checked.ordering_key)
+    checked = checked_publication(spec)
+    return Publication(spec.app_id, spec.event_type, json.loads(checked.text), checked.event_id,
+                       checked.channels if spec.channels is not None else None,
+                       checked.deadline, checked.ordering_key)
 
 
 def publish_logged(publication: Publication) -> None:

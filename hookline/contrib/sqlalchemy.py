@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
 from sqlalchemy.dialects import mysql
 
+from hookline.core.specs import EventSpec, PublicationSpec
 from hookline.outbox.rows import LINE_LENGTH, TABLE, OutboxRow, publication_row, webhook_row
 
 __all__ = ["add_publication", "add_webhook", "outbox_table"]
@@ -73,8 +74,15 @@ def add_webhook(session: Any, endpoint_id: str, event_type: str, payload: Any,
                 ordering_key: str | None = None) -> str:
     """Write ``send_webhook``'s event as an outbox row in ``session``'s transaction; returns
     its event id."""
-    return _add(session, webhook_row(endpoint_id, event_type, payload, event_id,
-                                     deadline=deadline, ordering_key=ordering_key))
+    return add_event(session, EventSpec(endpoint_id, event_type, payload, event_id, deadline,
+                                        ordering_key))
+
+
+def add_event(session: Any, spec: EventSpec | PublicationSpec) -> str:
+    """:func:`add_webhook` or :func:`add_publication` for an event given as its spec (the
+    Flask extension's way)."""
+    return _add(session, webhook_row(spec) if isinstance(spec, EventSpec)
+                else publication_row(spec))
 
 
 def add_publication(session: Any, app_id: str, event_type: str, payload: Any,
@@ -83,9 +91,8 @@ def add_publication(session: Any, app_id: str, event_type: str, payload: Any,
                     ordering_key: str | None = None) -> str:
     """Write ``publish``'s event as an outbox row in ``session``'s transaction; returns its
     event id."""
-    return _add(session, publication_row(app_id, event_type, payload, event_id,
-                                         channels=channels, deadline=deadline,
-                                         ordering_key=ordering_key))
+    return add_event(session, PublicationSpec(app_id, event_type, payload, event_id, channels,
+                                              deadline, ordering_key))
 
 
 def _add(session: Any, row: OutboxRow) -> str:

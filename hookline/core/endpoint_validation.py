@@ -8,7 +8,7 @@ address early (every send checks again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hookline.core import ordering
@@ -194,3 +194,20 @@ def validate_subscription(event_types: Any, channels: Any) -> tuple[tuple[str, .
                 parse_channels(channels, limit=MAX_ENDPOINT_CHANNELS))
     except SubscriptionError as exc:
         raise EndpointError(str(exc), exc.field) from None
+
+
+#: The settings each checked alone, by its own check, when given (not None): name -> check.
+#: The rest need more than their value (the URL's address, the secret's kind, the current
+#: headers and retry policy, the application and the catalog in Redis).
+SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "timeout": validate_timeout, "rate": validate_rate, "burst": validate_burst,
+    "max_in_flight": validate_max_in_flight, "ordered": bool,
+    "order_policy": validate_order_policy, "trace_context": bool,
+}
+
+
+def checked_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of ``spec`` (an :class:`~hookline.core.specs.EndpointSpec`) that
+    :data:`SETTING_CHECKS` checks, those given, each checked: name -> the value kept."""
+    return {name: check(spec[name]) for name, check in SETTING_CHECKS.items()
+            if spec.get(name) is not None}

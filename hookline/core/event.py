@@ -67,25 +67,27 @@ def shown(value: Any, limit: int = SHOWN_LENGTH) -> str:
     return _SHORT_REPR.repr(value)
 
 
+def _matching(field: str, value: Any, pattern: re.Pattern[str], rule: str) -> str:
+    """``value`` when it is a string ``pattern`` matches; otherwise the field's error, which
+    names it, shows the value and says the ``rule``."""
+    if not isinstance(value, str) or not pattern.match(value):
+        raise MalformedEvent(field, f"{field.replace('_', ' ')} {shown(value)} is invalid: "
+                                    f"use {rule}")
+    return value
+
+
 def check_endpoint_id(endpoint_id: Any) -> str:
     """An endpoint id: 1-64 letters, digits, ``_``, ``.`` or ``-``, starting with a letter or
     digit."""
-    if not isinstance(endpoint_id, str) or not ENDPOINT_ID_PATTERN.match(endpoint_id):
-        raise MalformedEvent(
-            "endpoint_id",
-            f"endpoint id {shown(endpoint_id)} is invalid: use 1-64 letters, digits, '_', '.' or "
-            "'-', starting with a letter or digit")
-    return endpoint_id
+    return _matching("endpoint_id", endpoint_id, ENDPOINT_ID_PATTERN,
+                     "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
 
 
 def check_event_id(event_id: Any) -> str:
     """An event id: 1-200 visible ASCII characters (no space, no control character)."""
-    if not isinstance(event_id, str) or not EVENT_ID_PATTERN.match(event_id):
-        raise MalformedEvent(
-            "event_id",
-            f"event id {shown(event_id)} is invalid: use 1-{MAX_EVENT_ID_LENGTH} visible ASCII "
-            "characters (no spaces or control characters: it is sent as the webhook-id header)")
-    return event_id
+    return _matching("event_id", event_id, EVENT_ID_PATTERN,
+                     f"1-{MAX_EVENT_ID_LENGTH} visible ASCII characters (no spaces or control "
+                     "characters: it is sent as the webhook-id header)")
 
 
 def check_ordering_key(key: Any) -> str | None:
@@ -93,12 +95,9 @@ def check_ordering_key(key: Any) -> str | None:
     as an event id (it is sent as the ``hookline-ordering-key`` header)."""
     if key is None:
         return None
-    if not isinstance(key, str) or not EVENT_ID_PATTERN.match(key):
-        raise MalformedEvent(
-            "ordering_key",
-            f"ordering key {shown(key)} is invalid: use 1-{MAX_EVENT_ID_LENGTH} visible ASCII "
-            "characters (no spaces or control characters: it is sent as a header)")
-    return key
+    return _matching("ordering_key", key, EVENT_ID_PATTERN,
+                     f"1-{MAX_EVENT_ID_LENGTH} visible ASCII characters (no spaces or control "
+                     "characters: it is sent as a header)")
 
 
 def check_text(field: str, value: Any, *, limit: int, empty: bool = False) -> str:

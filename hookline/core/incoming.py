@@ -6,10 +6,7 @@ measured as, so what is published later is what was checked now."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from hookline.core.config import settings
 from hookline.core.errors import InvalidField, WebhookInputError
@@ -21,6 +18,7 @@ from hookline.core.event import (
     check_payload,
     validate_event,
 )
+from hookline.core.specs import EventSpec, PublicationSpec
 from hookline.core.subscriptions import MAX_EVENT_CHANNELS, check_app_id, parse_channels
 
 
@@ -38,33 +36,30 @@ class CheckedEvent:
     channels: tuple[str, ...] | None = None
 
 
-def checked_webhook(endpoint_id: Any, event_type: Any, payload: Any, event_id: Any,
-                    deadline: float | datetime | None, ordering_key: Any) -> CheckedEvent:
+def checked_webhook(spec: EventSpec) -> CheckedEvent:
     """``send_webhook``'s checks that need no Redis; a missing ``event_id`` is drawn."""
-    event_id = str(uuid.uuid4()) if event_id is None else event_id
+    event_id = str(uuid.uuid4()) if spec.event_id is None else spec.event_id
     try:
-        text = validate_event(endpoint_id, event_type, payload, event_id,
+        text = validate_event(spec.endpoint_id, spec.event_type, spec.payload, event_id,
                               max_bytes=settings().max_payload_bytes)
-        return CheckedEvent(event_id, event_type, text, check_deadline(deadline),
-                            check_ordering_key(ordering_key))
+        return CheckedEvent(event_id, spec.event_type, text, check_deadline(spec.deadline),
+                            check_ordering_key(spec.ordering_key))
     except InvalidField as exc:
         raise WebhookInputError(str(exc), exc.field) from None
 
 
-def checked_publication(app_id: Any, event_type: Any, payload: Any, event_id: Any,
-                        channels: Iterable[str] | None, deadline: float | datetime | None,
-                        ordering_key: Any) -> CheckedEvent:
+def checked_publication(spec: PublicationSpec) -> CheckedEvent:
     """``publish``'s checks that need no Redis (the application's existence, the catalog and
     the schemas are its own); a missing ``event_id`` is drawn."""
-    event_id = str(uuid.uuid4()) if event_id is None else event_id
+    event_id = str(uuid.uuid4()) if spec.event_id is None else spec.event_id
     try:
-        check_app_id(app_id)
-        check_event_type(event_type)
+        check_app_id(spec.app_id)
+        check_event_type(spec.event_type)
         check_event_id(event_id)
-        text = check_payload(payload, max_bytes=settings().max_payload_bytes)
-        listed = parse_channels(list(channels) if channels is not None else None,
+        text = check_payload(spec.payload, max_bytes=settings().max_payload_bytes)
+        listed = parse_channels(list(spec.channels) if spec.channels is not None else None,
                                 limit=MAX_EVENT_CHANNELS)
-        return CheckedEvent(event_id, event_type, text, check_deadline(deadline),
-                            check_ordering_key(ordering_key), listed)
+        return CheckedEvent(event_id, spec.event_type, text, check_deadline(spec.deadline),
+                            check_ordering_key(spec.ordering_key), listed)
     except InvalidField as exc:
         raise WebhookInputError(str(exc), exc.field) from None

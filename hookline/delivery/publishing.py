@@ -28,6 +28,7 @@ from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_publication
 from hookline.core.messages import DELIVERY_QUEUE
 from hookline.core.schemas import first_violation
+from hookline.core.specs import PublicationSpec
 from hookline.delivery.fanout import FANOUT_LOOK_AFTER, enqueue_fanout, enqueue_lined
 from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
@@ -88,18 +89,16 @@ def publish(app_id: str, event_type: str, payload: Any, event_id: str | None = N
 
     Where traces are on, a PRODUCER span whose context the fan-out's messages carry."""
     with tracing.producer(DELIVERY_QUEUE, app_id=app_id, event_id=event_id) as span:
-        published = _publish(app_id, event_type, payload, event_id, channels, deadline,
-                             ordering_key)
+        published = _publish(PublicationSpec(app_id, event_type, payload, event_id, channels,
+                                             deadline, ordering_key))
         if span is not None:
             span.set_attribute("hookline.event.id", published)
         return published
 
 
-def _publish(app_id: str, event_type: str, payload: Any, event_id: str | None,
-             channels: Iterable[str] | None, deadline: float | datetime | None,
-             ordering_key: str | None) -> str:
-    checked = checked_publication(app_id, event_type, payload, event_id, channels, deadline,
-                                  ordering_key)
+def _publish(spec: PublicationSpec) -> str:
+    checked = checked_publication(spec)
+    app_id, event_type = spec.app_id, spec.event_type
     event_id, text, listed = checked.event_id, checked.text, checked.channels or ()
     deadline_ts, ordering_key = checked.deadline, checked.ordering_key
     registry = EndpointRegistry()

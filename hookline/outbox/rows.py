@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from hookline.core import tracing
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_publication, checked_webhook
+from hookline.core.specs import EventSpec, PublicationSpec
 
 #: The table's name, the same for Django's model, SQLAlchemy's table and the relay's SQL.
 TABLE = "hookline_outbox"
@@ -61,31 +60,26 @@ class OutboxRow:
                 **({"traceparent": self.traceparent} if self.traceparent else {})}
 
 
-def webhook_row(endpoint_id: str, event_type: str, payload: Any, event_id: str | None = None,
-                *, deadline: float | datetime | None = None,
-                ordering_key: str | None = None) -> OutboxRow:
+def webhook_row(spec: EventSpec) -> OutboxRow:
     """``send_webhook``'s event as a row, checked as it checks (``WebhookInputError`` naming
     the field) except for what needs Redis."""
-    event = checked_webhook(endpoint_id, event_type, payload, event_id, deadline, ordering_key)
-    with tracing.producer(TABLE, endpoint_id=endpoint_id, event_id=event.event_id):
-        return OutboxRow(event.event_id, event_type, event.text,
-                         content_digest(event_type, json.loads(event.text)),
-                         endpoint_id=endpoint_id, deadline=event.deadline,
+    event = checked_webhook(spec)
+    with tracing.producer(TABLE, endpoint_id=spec.endpoint_id, event_id=event.event_id):
+        return OutboxRow(event.event_id, spec.event_type, event.text,
+                         content_digest(spec.event_type, json.loads(event.text)),
+                         endpoint_id=spec.endpoint_id, deadline=event.deadline,
                          ordering_key=event.ordering_key, due_at=time.time(),
                          traceparent=tracing.traceparent())
 
 
-def publication_row(app_id: str, event_type: str, payload: Any, event_id: str | None = None,
-                    *, channels: Sequence[str] | None = None,
-                    deadline: float | datetime | None = None,
-                    ordering_key: str | None = None) -> OutboxRow:
+def publication_row(spec: PublicationSpec) -> OutboxRow:
     """``publish``'s event as a row, checked as far as it can be without Redis (the
     application, the catalog and the schemas are the relay's)."""
-    event = checked_publication(app_id, event_type, payload, event_id, channels, deadline,
-                                ordering_key)
-    with tracing.producer(TABLE, app_id=app_id, event_id=event.event_id):
-        return OutboxRow(event.event_id, event_type, event.text,
-                         content_digest(event_type, json.loads(event.text)), app_id=app_id,
-                         channels=None if channels is None else json.dumps(event.channels),
+    event = checked_publication(spec)
+    with tracing.producer(TABLE, app_id=spec.app_id, event_id=event.event_id):
+        return OutboxRow(event.event_id, spec.event_type, event.text,
+                         content_digest(spec.event_type, json.loads(event.text)),
+                         app_id=spec.app_id,
+                         channels=None if spec.channels is None else json.dumps(event.channels),
                          deadline=event.deadline, ordering_key=event.ordering_key,
                          due_at=time.time(), traceparent=tracing.traceparent())

@@ -1,7 +1,6 @@
 """Which dead letters a view or an action is about: :class:`DeadLetterQuery`, read from a
 query string or a form and written back to one (``from_params``, ``to_params``: a view can be
-bookmarked), each bad value refused in one line naming it (:class:`InvalidQuery`); and the
-page cursors (a position in the dead-letter indexes, opaque to the faces).
+bookmarked), each bad value refused in one line naming it (:class:`InvalidQuery`).
 
 Re-exported by :mod:`hookline.service.dead_letters`, where the faces find it. A listing is
 newest first unless ``order=oldest`` says otherwise.
@@ -9,17 +8,14 @@ newest first unless ``order=oldest`` says otherwise.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hookline.core.errors import InvalidField
 from hookline.core.event import ENDPOINT_ID_PATTERN, recorded_id
-from hookline.core.times import format_time_param, parse_time
-from hookline.store.dead_letter_index import Position
+from hookline.core.times import format_time_param
+from hookline.service.pages import InvalidQuery as InvalidQuery  # the faces find it here
+from hookline.service.pages import time_param
 from hookline.store.dead_letter_queue import REASONS, DeadLetterFilter
 
 #: The orders a listing can be read in.
@@ -29,10 +25,6 @@ DEFAULT_ORDER = "newest"
 #: The parameters a query reads and writes (``to_params`` keys).
 PARAMS = ("endpoint", "reason", "status", "since", "until", "min_attempts", "max_attempts",
           "order")
-
-
-class InvalidQuery(InvalidField):
-    """A filter value refused; the message names the parameter and says what is wrong."""
 
 
 def _param(name: str) -> str:
@@ -62,8 +54,8 @@ class DeadLetterQuery:
             endpoint=_endpoint(given.get("endpoint")),
             reason=_reason(given.get("reason")),
             status=_count("status", given.get("status"), high=599),
-            since=_time("since", given.get("since")),
-            until=_time("until", given.get("until")),
+            since=time_param("since", given.get("since")),
+            until=time_param("until", given.get("until")),
             min_attempts=_count("min_attempts", given.get("min_attempts")),
             max_attempts=_count("max_attempts", given.get("max_attempts")),
             order=_order(given.get("order")),
@@ -150,44 +142,12 @@ def _count(name: str, text: str | None, *, high: int = 10**9) -> int | None:
     return int(text)
 
 
-def time_param(name: str, text: str | None) -> float | None:
-    """A time parameter (``since``, ``until``, a purge's ``as_of``) as Unix seconds, to the
-    microsecond (None when not given); InvalidQuery names it."""
-    return _time(name, text.strip() if text else None)
-
-
-def _time(name: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return round(parse_time(text), 6)
-    except ValueError as exc:
-        raise InvalidQuery(name, f"{name}: {exc}") from None
-
-
 def _order(text: str | None) -> str:
     if text is None:
         return DEFAULT_ORDER
     if text not in ORDERS:
         raise InvalidQuery("order", f"order {text[:20]!r} is not one of {', '.join(ORDERS)}")
     return text
-
-
-# -- cursors ------------------------------------------------------------------------------
-
-def encode_cursor(position: Position) -> str:
-    raw = json.dumps([position.at, position.entry_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> Position:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, entry_id = json.loads(raw)
-        return Position(float(at), str(entry_id))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise InvalidField("cursor", f"cursor {cursor[:40]!r} is not a dead-letter "
-                                     "position") from None
 
 
 def newest_first(query: DeadLetterQuery) -> DeadLetterQuery:

@@ -60,14 +60,12 @@ from hookline.service.dead_letter_query import (  # noqa: F401 (the faces find t
     PARAMS,
     DeadLetterQuery,
     InvalidQuery,
-    decode_cursor,
-    encode_cursor,
     lookup_id,
     newest_first,
     require_selection,
 )
 from hookline.service.endpoints import require_known_endpoint
-from hookline.service.pages import Page, bounded_limit
+from hookline.service.pages import Page, bounded_limit, cursor_after, position_after
 from hookline.store import dead_letter_queue as store
 from hookline.store.dead_letter_filtering import DeadLetterPages
 from hookline.store.dead_letter_index import endpoint_of, reindex_shard
@@ -116,11 +114,11 @@ def list_page(actor: Actor, query: DeadLetterQuery, cursor: str | None = None,
     attempts filter reads a bounded number more, and may return a short page)."""
     pages = pages or DeadLetterPages()
     found = pages.page(query.selection(), limit=bounded_limit(limit),
-                       after=decode_cursor(cursor) if cursor else None,
+                       after=position_after(cursor, "a dead-letter"),
                        endpoint_ids=scope_endpoints(actor, query),
                        reverse=query.order == "newest")
     return Page(items=with_answers(found.entries, AttemptHistory(pages.redis)),
-                next_cursor=encode_cursor(found.after) if found.after else None)
+                next_cursor=cursor_after(found.after))
 
 
 def with_answers(entries: list[DeadLetter], history: AttemptHistory) -> list[DeadLetter]:

@@ -13,13 +13,9 @@ that does not exist or is outside ``actor.app_scope``; one audit entry once done
                            repaired: bool; released: int         # see below
     @dataclass(frozen=True)
     class UpdatedEndpoint: summary: EndpointSummary; repaired: bool; released: int
-    add_endpoint(actor, endpoint_id, url, *, secret=None, signature=None, timeout=None,
-                 retry_policy=None, rate=None, burst=None, headers=None, app=None,
-                 event_types=None, channels=None, max_in_flight=None) -> AddedEndpoint
-    update_endpoint(actor, endpoint_id, *, url=None, secret=None, timeout=None,
-                    retry_policy=None, rate=None, burst=None, headers=None,
-                    remove_headers=(), app=None, event_types=None, channels=None,
-                    max_in_flight=None) -> UpdatedEndpoint
+    add_endpoint(actor, endpoint_id, url, *, signature=None, **spec) -> AddedEndpoint
+    update_endpoint(actor, endpoint_id, *, url=None, **spec) -> UpdatedEndpoint
+        # spec: an EndpointSpec's settings (hookline.core.specs), as keyword arguments
     remove_endpoint(actor, endpoint_id) -> None
     pause(actor, endpoint_id) -> EndpointSummary
     resume(actor, endpoint_id) -> int                     # held deliveries made due now
@@ -50,13 +46,13 @@ rules are the registry's, the same for every face.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Unpack
 
 from hookline.core.endpoint import Endpoint, EndpointError, generate_secret
 from hookline.core.endpoint_validation import validate_signature
 from hookline.core.signing import HMAC, public_key, secret_kind
+from hookline.core.specs import EndpointSpec, given_settings
 from hookline.delivery import retries
 from hookline.service import audit
 from hookline.service.actor import Actor, NotFound
@@ -66,7 +62,7 @@ from hookline.service.endpoints import (
     require_replacing_secrets,
     summarize,
 )
-from hookline.store.endpoints import EndpointRegistry, Names
+from hookline.store.endpoints import EndpointRegistry
 from hookline.store.gates import Gate
 from hookline.store.ordering import OrderLines
 from hookline.transport.face import broker_face
@@ -156,29 +152,17 @@ def check_ordered(ordered: bool) -> bool:
     return bool(ordered)
 
 
-def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None = None,
-                 signature: str | None = None, timeout: float | None = None,
-                 retry_policy: Mapping[str, Any] | None = None,
-                 rate: str | None = None, burst: int | None = None,
-                 headers: Mapping[str, str] | None = None, app: str | None = None,
-                 event_types: Names = None, channels: Names = None,
-                 max_in_flight: int | None = None, ordered: bool = False,
-                 order_policy: str | None = None,
-                 trace_context: bool = False) -> AddedEndpoint:
+def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, signature: str | None = None,
+                 **spec: Unpack[EndpointSpec]) -> AddedEndpoint:
     """Register an endpoint (``burst`` None: the registry's default; ``signature`` the kind of
     key generated without ``secret``, HMAC by default; ``ordered``: one delivery of an
     ordering key at a time, ``order_policy`` what a dead-lettered head does)."""
     actor.require_act(f"add endpoint {endpoint_id}")
-    app = _in_scope_app(actor, app)
-    extra: dict[str, Any] = {} if burst is None else {"burst": burst}
-    key, generated = _new_key(secret, signature, HMAC)
-    check_ordered(ordered)
-    added = EndpointRegistry().add(endpoint_id, url, secret=key, timeout=timeout,
-                                   retry_policy=retry_policy, rate=rate, headers=headers,
-                                   app=app, event_types=event_types, channels=channels,
-                                   max_in_flight=max_in_flight, ordered=ordered,
-                                   order_policy=order_policy, trace_context=trace_context,
-                                   **extra)
+    app = _in_scope_app(actor, spec.get("app"))
+    key, generated = _new_key(spec.get("secret"), signature, HMAC)
+    check_ordered(bool(spec.get("ordered")))
+    settings: EndpointSpec = {**spec, "secret": key, "app": app}
+    added = EndpointRegistry().add(endpoint_id, url, **settings)
     audit.record(actor, "endpoint.add", added.id, f"signature {secret_kind(key)}"
                  + (f", ordered ({added.order_policy})" if added.ordered else "")
                  + (", trace context sent" if added.trace_context else ""),
@@ -188,14 +172,7 @@ def add_endpoint(actor: Actor, endpoint_id: str, url: str, *, secret: str | None
 
 
 def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
-                    secret: str | None = None, timeout: float | None = None,
-                    retry_policy: Mapping[str, Any] | None = None, rate: str | None = None,
-                    burst: int | None = None, headers: Mapping[str, str] | None = None,
-                    remove_headers: Sequence[str] = (), app: str | None = None,
-                    event_types: Names = None, channels: Names = None,
-                    max_in_flight: int | None = None, ordered: bool | None = None,
-                    order_policy: str | None = None,
-                    trace_context: bool | None = None) -> UpdatedEndpoint:
+                    **spec: Unpack[EndpointSpec]) -> UpdatedEndpoint:
     """Change an endpoint (``EndpointRegistry.update``'s meanings: ``rate="none"`` removes
     the limit, ``app="none"`` takes it out of its application, 0 removes the cap). Ordering
     turned off puts the deliveries waiting in the endpoint's lines back on the queue. A new
@@ -203,31 +180,21 @@ def update_endpoint(actor: Actor, endpoint_id: str, *, url: str | None = None,
     actor.require_act(f"update endpoint {endpoint_id}")
     registry = EndpointRegistry()
     damaged = False
-    if secret is None:
+    if spec.get("secret") is None:
         require_endpoint(actor, endpoint_id, registry)
     else:
         damaged = require_replacing_secrets(actor, endpoint_id, registry)[1]
+    app = spec.get("app")
     if actor.app_scope is not None and app is not None and app != actor.app_scope:
         raise NotFound("application", app)
-    check_ordered(bool(ordered))
-    updated = registry.update(endpoint_id, url=url, secret=secret, timeout=timeout,
-                              retry_policy=retry_policy, rate=rate, burst=burst,
-                              headers=headers, remove_headers=remove_headers, app=app,
-                              event_types=event_types, channels=channels,
-                              max_in_flight=max_in_flight, ordered=ordered,
-                              order_policy=order_policy, trace_context=trace_context)
-    if ordered is False:
+    check_ordered(bool(spec.get("ordered")))
+    updated = registry.update(endpoint_id, url=url, **spec)
+    if spec.get("ordered") is False:
         OrderLines(registry.redis).release(endpoint_id)
     released, repair = _repair(registry, updated, damaged)
-    given = {"url": url, "secret": secret, "timeout": timeout, "retry_policy": retry_policy,
-             "rate": rate, "burst": burst, "headers": headers or None,
-             "remove_headers": remove_headers or None, "app": app, "event_types": event_types,
-             "channels": channels, "max_in_flight": max_in_flight, "ordered": ordered,
-             "order_policy": order_policy, "trace_context": trace_context}
     # The names of what changed, never a value (a secret, a header's credentials).
     audit.record(actor, "endpoint.update", endpoint_id,
-                 ", ".join(name for name, value in given.items() if value is not None)
-                 + repair, app=updated.app)
+                 ", ".join(given_settings(spec, url=url)) + repair, app=updated.app)
     return UpdatedEndpoint(summary=summarize(updated), repaired=damaged, released=released)
 
 

@@ -34,12 +34,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 from hookline.core.errors import InvalidField
 from hookline.core.event import recorded_id
 from hookline.core.identity import content_digest
 from hookline.core.incoming import checked_webhook
+from hookline.core.specs import EndpointSpec, EventSpec
 from hookline.core.subscriptions import FILTER_PATTERN
 from hookline.delivery.prepared import PreparedEvent, enqueue_prepared, raise_refused
 from hookline.service import audit, endpoint_actions
@@ -115,14 +116,15 @@ def set_subscriptions(actor: Actor, endpoint_id: str, picked: Sequence[str]) -> 
                                             event_types=types or "none").summary
 
 
-def add_endpoint(actor: Actor, endpoint_id: str, url: str, picked: Sequence[str],
-                 **options: Any) -> endpoint_actions.AddedEndpoint:
-    """Add an endpoint subscribed to the picked types (:func:`picked_types`), with
-    ``endpoint_actions.add_endpoint``'s other ``options``."""
+def add_endpoint(actor: Actor, endpoint_id: str, url: str, picked: Sequence[str], *,
+                 signature: str | None = None,
+                 **spec: Unpack[EndpointSpec]) -> endpoint_actions.AddedEndpoint:
+    """Add an endpoint subscribed to the picked types (:func:`picked_types`), with the other
+    settings of ``spec`` and ``signature`` (``endpoint_actions.add_endpoint``'s)."""
     actor.require_act(f"add endpoint {endpoint_id}")
-    types = picked_types(picked)
-    return endpoint_actions.add_endpoint(actor, endpoint_id, url, event_types=types or None,
-                                         **options)
+    subscribed: EndpointSpec = {**spec, "event_types": picked_types(picked) or None}
+    return endpoint_actions.add_endpoint(actor, endpoint_id, url, signature=signature,
+                                         **subscribed)
 
 
 def change_url(actor: Actor, endpoint_id: str, url: str) -> EndpointSummary:
@@ -139,8 +141,9 @@ def send_test_event(actor: Actor, endpoint_id: str) -> str:
     disabled endpoint dead-letters it, and the page says why); returns its event id."""
     actor.require_act(f"send a test event to {endpoint_id}")
     endpoint = require_endpoint(actor, endpoint_id)
-    event = checked_webhook(endpoint.id, TEST_EVENT_TYPE, sample_payload(endpoint.id, actor.name),
-                            f"test_{uuid.uuid4().hex}", None, None)
+    event = checked_webhook(EventSpec(endpoint.id, TEST_EVENT_TYPE,
+                                      sample_payload(endpoint.id, actor.name),
+                                      f"test_{uuid.uuid4().hex}"))
     payload = json.loads(event.text)
     prepared = PreparedEvent(endpoint.id, TEST_EVENT_TYPE, payload, event.event_id, None,
                              len(event.text.encode()), content_digest(TEST_EVENT_TYPE, payload))

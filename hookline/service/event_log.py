@@ -7,9 +7,8 @@ Public API::
     class LogQuery:  endpoint, type_prefix, status, since, until (Unix seconds)
         from_params(params) -> LogQuery   # InvalidQuery: one line naming the bad value
         to_params() -> dict[str, str]     # back into a bookmarkable query string
-    @dataclass(frozen=True)
-    class LogListing:  rows: list[LogRow]; next_cursor: str | None; complete: bool
-    list_page(actor, query, cursor=None, limit=50) -> LogListing
+    list_page(actor, query, cursor=None, limit=50) -> Page[LogRow]   # complete: False when
+                                                 # the page stopped at its budget of rows
 
 A row (``hookline.store.event_log.LogRow``) has ids, type, endpoint, status, attempts, times and
 the last HTTP status: never a payload or a secret. A scoped actor (a tenant) sees only its
@@ -19,20 +18,22 @@ application's endpoints' rows; an endpoint filter naming another application's e
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from hookline.core.config import settings
-from hookline.core.errors import InvalidField
 from hookline.core.event import ENDPOINT_ID_PATTERN
-from hookline.core.times import format_time_param, parse_time
+from hookline.core.times import format_time_param
 from hookline.service.actor import Actor, NotFound
-from hookline.service.pages import bounded_limit
-from hookline.store.dead_letter_index import Position
+from hookline.service.pages import InvalidQuery as InvalidQuery  # the faces find it here
+from hookline.service.pages import (
+    Page,
+    bounded_limit,
+    cursor_after,
+    position_after,
+    time_param,
+)
 from hookline.store.endpoints import EndpointRegistry
 from hookline.store.event_log import STATUSES as STATUSES  # re-exported for the faces
 from hookline.store.event_log import LogRow, log_key
@@ -42,10 +43,6 @@ from hookline.store.event_log_pages import EventLogPages, LogFilter
 PARAMS = ("endpoint", "type", "status", "since", "until")
 #: Longest event type prefix a filter takes.
 MAX_TYPE = 200
-
-
-class InvalidQuery(InvalidField):
-    """A filter value refused; the message names the parameter and says what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +72,8 @@ class LogQuery:
             raise InvalidQuery("status", f"status {status[:20]!r} is not one of "
                                          f"{', '.join(STATUSES)}")
         query = cls(endpoint=endpoint, type_prefix=type_prefix, status=status,
-                    since=_time("since", given.get("since")),
-                    until=_time("until", given.get("until")))
+                    since=time_param("since", given.get("since")),
+                    until=time_param("until", given.get("until")))
         if query.since is not None and query.until is not None and query.since > query.until:
             raise InvalidQuery("since", "since is later than until: the window is empty")
         return query
@@ -103,40 +100,6 @@ def retention_text() -> str:
     return f"for {span}, at most {config.event_log_per_endpoint:,} events per endpoint"
 
 
-def _time(name: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return round(parse_time(text), 6)
-    except ValueError as exc:
-        raise InvalidQuery(name, f"{name}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class LogListing:
-    rows: list[LogRow]
-    #: Opaque; None on the last page.
-    next_cursor: str | None
-    #: False: the page stopped at its budget of rows examined (a rare filter): what matched
-    #: so far is shown, and the next page goes on from there.
-    complete: bool = True
-
-
-def encode_cursor(position: Position) -> str:
-    raw = json.dumps([position.at, position.entry_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> Position:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        at, entry_id = json.loads(raw)
-        return Position(float(at), str(entry_id))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise InvalidField("cursor", f"cursor {cursor[:40]!r} is not an event log "
-                                     "position") from None
-
-
 def scope(actor: Actor, query: LogQuery, registry: EndpointRegistry | None = None,
           pages: EventLogPages | None = None) -> list[str] | None:
     """The endpoints a page reads (None: every endpoint, through the shards' indexes).
@@ -159,14 +122,13 @@ def scope(actor: Actor, query: LogQuery, registry: EndpointRegistry | None = Non
 
 
 def list_page(actor: Actor, query: LogQuery, cursor: str | None = None, limit: int = 50, *,
-              pages: EventLogPages | None = None) -> LogListing:
+              pages: EventLogPages | None = None) -> Page[LogRow]:
     """One page of the log, newest change first; pass ``next_cursor`` back for the next."""
     pages = pages or EventLogPages()
-    after = decode_cursor(cursor) if cursor else None
+    after = position_after(cursor, "an event log")
     endpoint_ids = scope(actor, query, pages=pages)
     found = pages.page(LogFilter(endpoint_ids=endpoint_ids, type_prefix=query.type_prefix,
                                  status=query.status, since=query.since, until=query.until),
                        limit=bounded_limit(limit), after=after)
-    return LogListing(rows=found.rows,
-                      next_cursor=encode_cursor(found.after) if found.after else None,
-                      complete=found.exhausted)
+    return Page(items=found.rows, next_cursor=cursor_after(found.after),
+                complete=found.exhausted)

@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 from hookline.core.config import settings
 from hookline.core.endpoint import (
@@ -27,19 +27,16 @@ from hookline.core.endpoint import (
 )
 from hookline.core.endpoint_validation import (
     check_target,
-    validate_burst,
+    checked_settings,
     validate_endpoint_id,
     validate_headers,
-    validate_max_in_flight,
-    validate_order_policy,
     validate_policy_override,
-    validate_rate,
     validate_reason,
     validate_secret,
     validate_subscription,
-    validate_timeout,
     validate_url,
 )
+from hookline.core.specs import EndpointSpec
 from hookline.core.subscriptions import SubscriptionError, check_app_id, subscribed, unknown_filters
 from hookline.store import connection as store
 from hookline.store import disabled, health, keys
@@ -47,8 +44,6 @@ from hookline.store.apps import unknown_app_message
 from hookline.store.catalog import EventCatalog
 from hookline.store.lua import ADD_ENDPOINT, PAUSE_ENDPOINT, SAVE_ENDPOINT
 
-#: Names given as a comma-separated string or a sequence (event filters, channels).
-Names = str | Sequence[str] | None
 #: How far ahead a paused endpoint's deliveries are parked, seconds (piece_held.lua's
 #: PAUSE_PARK_MS): a month, longer than any backoff, Retry-After or cool-down can park one
 #: (``hookline.core.policy.MAX_BACKOFF_LIMIT``), so resume knows the parked-for-the-pause ones
@@ -71,25 +66,7 @@ class EndpointRegistry:
     def __init__(self, redis_client: Any = None) -> None:
         self.redis: Any = redis_client or store.client()
 
-    def add(
-        self,
-        endpoint_id: str,
-        url: str,
-        *,
-        secret: str | None = None,
-        timeout: float | None = None,
-        retry_policy: Mapping[str, Any] | None = None,
-        rate: str | None = None,
-        burst: int | None = None,
-        headers: Mapping[str, str] | None = None,
-        app: str | None = None,
-        event_types: Names = None,
-        channels: Names = None,
-        max_in_flight: int | None = None,
-        ordered: bool = False,
-        order_policy: str | None = None,
-        trace_context: bool = False,
-    ) -> Endpoint:
+    def add(self, endpoint_id: str, url: str, **spec: Unpack[EndpointSpec]) -> Endpoint:
         """Register an endpoint; a secret is generated when none is given. ``headers``: extra
         request headers (name -> value; :mod:`hookline.core.headers` says which are refused).
         ``app`` makes it one of that application's endpoints (the application must exist);
@@ -97,7 +74,8 @@ class EndpointRegistry:
         (``hookline.core.subscriptions``), only meaningful with an ``app``. Whether the broker
         can keep an ``ordered`` endpoint's lines is the caller's check (the service's)."""
         validate_endpoint_id(endpoint_id)
-        filters, listened = validate_subscription(event_types, channels)
+        filters, listened = validate_subscription(spec.get("event_types"), spec.get("channels"))
+        app, secret = spec.get("app"), spec.get("secret")
         self._check_app(app)
         self._check_catalog(filters)
         now = time.time()
@@ -105,20 +83,15 @@ class EndpointRegistry:
             id=endpoint_id,
             url=check_target(validate_url(url)),
             secrets=(validate_secret(secret) if secret else generate_secret(),),
-            timeout=validate_timeout(timeout),
-            retry_policy=validate_policy_override(retry_policy or {}),
-            rate=validate_rate(rate),
-            burst=None if burst is None else validate_burst(burst),
+            retry_policy=validate_policy_override(spec.get("retry_policy") or {}),
             created_at=now,
             updated_at=now,
-            headers=validate_headers({}, headers or {}),
+            headers=validate_headers({}, spec.get("headers") or {},
+                                     spec.get("remove_headers", ())),
             app=app,
             event_types=filters,
             channels=listened,
-            max_in_flight=validate_max_in_flight(max_in_flight),
-            ordered=bool(ordered),
-            order_policy=validate_order_policy(order_policy) or "block",
-            trace_context=bool(trace_context),
+            **checked_settings(spec),
         )
         # The index first, then the endpoint in one script that refuses an existing one: the
         # two may sit on different Redis Cluster slots, and an id indexed without its hash
@@ -244,26 +217,8 @@ class EndpointRegistry:
             if data.get("url")
         ]
 
-    def update(
-        self,
-        endpoint_id: str,
-        *,
-        url: str | None = None,
-        secret: str | None = None,
-        timeout: float | None = None,
-        retry_policy: Mapping[str, Any] | None = None,
-        rate: str | None = None,
-        burst: int | None = None,
-        headers: Mapping[str, str] | None = None,
-        remove_headers: Any = (),
-        app: str | None = None,
-        event_types: Names = None,
-        channels: Names = None,
-        max_in_flight: int | None = None,
-        ordered: bool | None = None,
-        order_policy: str | None = None,
-        trace_context: bool | None = None,
-    ) -> Endpoint:
+    def update(self, endpoint_id: str, *, url: str | None = None,
+               **spec: Unpack[EndpointSpec]) -> Endpoint:
         """Change an endpoint; pending retries use the new values at their next attempt.
         ``rate="none"`` removes the rate limit. ``headers`` are set (a name already there, in
         any case, is replaced); ``remove_headers`` names are taken out first. ``app=""`` (or
@@ -271,9 +226,11 @@ class EndpointRegistry:
         ``channels`` ``"none"`` (or empty) clear the filter. A new subscription applies to
         events published after it. A new ``secret`` replaces a damaged sealed one
         (:meth:`get_replacing_secrets`)."""
+        secret, app = spec.get("secret"), spec.get("app")
         endpoint = (self.require(endpoint_id) if secret is None
                     else self._require_replacing_secrets(endpoint_id))
         changes: dict[str, Any] = {"updated_at": time.time()}
+        event_types, channels = spec.get("event_types"), spec.get("channels")
         if event_types is not None or channels is not None:
             filters, listened = validate_subscription(event_types, channels)
             if event_types is not None:
@@ -289,25 +246,14 @@ class EndpointRegistry:
         if secret is not None:
             changes["secrets"] = (validate_secret(secret),)
             changes["secret_expiry"] = {}
-        if timeout is not None:
-            changes["timeout"] = validate_timeout(timeout)
-        if rate is not None:
-            changes["rate"] = validate_rate(rate)
-        if burst is not None:
-            changes["burst"] = validate_burst(burst)
-        if max_in_flight is not None:
-            # 0 removes the cap
-            changes["max_in_flight"] = validate_max_in_flight(max_in_flight) or None
-        if ordered is not None:
-            changes["ordered"] = bool(ordered)
-        if order_policy is not None:
-            changes["order_policy"] = validate_order_policy(order_policy)
-        if trace_context is not None:
-            changes["trace_context"] = bool(trace_context)
+        changes.update(checked_settings(spec))
+        if "max_in_flight" in changes:
+            changes["max_in_flight"] = changes["max_in_flight"] or None  # 0 removes the cap
+        retry_policy = spec.get("retry_policy")
         if retry_policy is not None:
-            changes["retry_policy"] = validate_policy_override(
-                {**endpoint.retry_policy, **retry_policy}
-            )
+            changes["retry_policy"] = validate_policy_override({**endpoint.retry_policy,
+                                                                **retry_policy})
+        headers, remove_headers = spec.get("headers"), spec.get("remove_headers", ())
         if headers or remove_headers:
             changes["headers"] = validate_headers(endpoint.headers, headers or {},
                                                   remove_headers)

@@ -28,6 +28,7 @@ from hookline.core.envelope import decode_message
 from hookline.core.event import MalformedEvent
 from hookline.core.identity import canonical_json, content_digest, publish_time
 from hookline.core.messages import DELIVERY_QUEUE
+from hookline.core.specs import EventSpec
 from hookline.delivery.engine import DeliveryEngine, DeliveryRequest, Finished, RetryDue
 from hookline.delivery.replay import replay_entries
 from hookline.delivery.sender import AttemptResult, WebhookEvent
@@ -110,11 +111,11 @@ def test_an_unknown_endpoint_binds_nothing(quiet_redis):
 
 def test_checking_only_leaves_the_id_free(shop, quiet_redis):
     """What send_webhook_on_commit does at the call: a rolled-back transaction binds nothing."""
-    prepare_event("shop", "order.created", {"n": 1}, "evt-4", bind=False)
+    prepare_event(EventSpec("shop", "order.created", {"n": 1}, "evt-4"), bind=False)
     assert quiet_redis.exists(keys.delivery_key("shop", "evt-4")) == 0
     send_webhook("shop", "order.created", {"n": 2}, "evt-4")  # another content: still free
     with pytest.raises(EventIdConflict):
-        prepare_event("shop", "order.created", {"n": 1}, "evt-4", bind=False)
+        prepare_event(EventSpec("shop", "order.created", {"n": 1}, "evt-4"), bind=False)
 
 
 class Counting(redis.Redis):

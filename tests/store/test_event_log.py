@@ -224,14 +224,14 @@ def test_a_tenant_sees_only_its_applications_endpoints():
     log.record("ep-b1", "evt-b", "dead", event_type="t")
     tenant = Actor(name="portal:app-a", session="s", app_scope="app-a")
     listing = service.list_page(tenant, service.LogQuery())
-    assert [row.entry_id for row in listing.rows] == ["ep-a1/evt-a"]
+    assert [row.entry_id for row in listing.items] == ["ep-a1/evt-a"]
     with pytest.raises(NotFound) as other:
         service.list_page(tenant, service.LogQuery(endpoint="ep-b1"))
     with pytest.raises(NotFound) as unknown:
         service.list_page(tenant, service.LogQuery(endpoint="ep-nope"))
     assert str(other.value).replace("ep-b1", "X") == str(unknown.value).replace("ep-nope", "X")
     everyone = service.list_page(OPERATOR, service.LogQuery())
-    assert {row.entry_id for row in everyone.rows} == {"ep-a1/evt-a", "ep-b1/evt-b"}
+    assert {row.entry_id for row in everyone.items} == {"ep-a1/evt-a", "ep-b1/evt-b"}
 
 
 @pytest.mark.parametrize("params, problem", [

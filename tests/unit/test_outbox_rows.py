@@ -11,36 +11,39 @@ import pytest
 
 from hookline.core.errors import WebhookInputError
 from hookline.core.identity import content_digest
+from hookline.core.specs import EventSpec, PublicationSpec
 from hookline.outbox.relay import Claimed, backoff, in_line_order
 from hookline.outbox.rows import LINE_LENGTH, publication_row, webhook_row
 
 
 def test_a_webhook_row_carries_what_send_webhook_would_publish() -> None:
-    row = webhook_row("shop", "order.created", {"b": 1, "a": [1, 2]}, "evt-1",
-                      deadline=2_000_000_000, ordering_key="customer-7")
+    row = webhook_row(EventSpec("shop", "order.created", {"b": 1, "a": [1, 2]}, "evt-1",
+                                deadline=2_000_000_000, ordering_key="customer-7"))
     assert row.payload == '{"b":1,"a":[1,2]}'
     assert row.digest == content_digest("order.created", {"a": [1, 2], "b": 1})
     assert (row.event_id, row.deadline, row.ordering_key) == ("evt-1", 2e9, "customer-7")
     assert row.line == "e:shop\ncustomer-7" and len(row.line) <= LINE_LENGTH
     assert row.values()["line"] == row.line and row.due_at > 0
-    assert webhook_row("shop", "t.x", {}).event_id  # an id is drawn when none is given
+    assert webhook_row(EventSpec("shop", "t.x", {})).event_id  # an id is drawn when none is given
 
 
 def test_a_publication_row_keeps_its_channels() -> None:
-    row = publication_row("shop", "order.created", {"n": 1}, "evt-2", channels=["eu", "vip"])
+    row = publication_row(PublicationSpec("shop", "order.created", {"n": 1}, "evt-2",
+                                          channels=["eu", "vip"]))
     assert json.loads(row.channels) == ["eu", "vip"] and row.app_id == "shop"
     assert row.endpoint_id is None and row.line == "a:shop\n"
 
 
 @pytest.mark.parametrize(("call", "field"), [
-    (lambda: webhook_row("bad id", "t.x", {}), "endpoint_id"),
-    (lambda: webhook_row("shop", "", {}), "event_type"),
-    (lambda: webhook_row("shop", "t.x", {1, 2}), "payload"),
-    (lambda: webhook_row("shop", "t.x", {}, "has space"), "event_id"),
-    (lambda: webhook_row("shop", "t.x", {}, deadline="tomorrow"), "deadline"),
-    (lambda: webhook_row("shop", "t.x", {}, ordering_key="a b"), "ordering_key"),
-    (lambda: publication_row("bad app", "t.x", {}), "app_id"),
-    (lambda: publication_row("shop", "t.x", {}, channels=["no spaces allowed"]), "channels"),
+    (lambda: webhook_row(EventSpec("bad id", "t.x", {})), "endpoint_id"),
+    (lambda: webhook_row(EventSpec("shop", "", {})), "event_type"),
+    (lambda: webhook_row(EventSpec("shop", "t.x", {1, 2})), "payload"),
+    (lambda: webhook_row(EventSpec("shop", "t.x", {}, "has space")), "event_id"),
+    (lambda: webhook_row(EventSpec("shop", "t.x", {}, deadline="tomorrow")), "deadline"),
+    (lambda: webhook_row(EventSpec("shop", "t.x", {}, ordering_key="a b")), "ordering_key"),
+    (lambda: publication_row(PublicationSpec("bad app", "t.x", {})), "app_id"),
+    (lambda: publication_row(PublicationSpec("shop", "t.x", {}, channels=["no spaces allowed"])),
+     "channels"),
 ])
 def test_bad_input_is_refused_where_it_is_written_naming_the_field(call, field) -> None:
     with pytest.raises(WebhookInputError) as refused:

@@ -134,16 +134,16 @@ def send_webhook_on_commit(
     other content.
     """
     from hookline.core.config import settings
+    from hookline.core.specs import EventSpec
 
+    spec = EventSpec(endpoint_id, event_type, payload, event_id, deadline, ordering_key)
     if settings().outbox:
         from hookline.outbox.rows import webhook_row
 
-        return _write(webhook_row(endpoint_id, event_type, payload, event_id,
-                                  deadline=deadline, ordering_key=ordering_key), using)
+        return _write(webhook_row(spec), using)
     from hookline.api.enqueue import prepare_event  # the direct path loads the publisher
 
-    event = prepare_event(endpoint_id, event_type, payload, event_id, deadline=deadline,
-                          bind=False, ordering_key=ordering_key)
+    event = prepare_event(spec, bind=False)
     transaction.on_commit(partial(enqueue_logged, event), using=using)
     return event.event_id
 
@@ -169,15 +169,15 @@ def publish_on_commit(
     the transaction, and the relay publishes it (an unknown application, or a type the catalog
     or a schema refuses, ends as a dead letter with its reason)."""
     from hookline.core.config import settings
+    from hookline.core.specs import PublicationSpec
 
+    spec = PublicationSpec(app_id, event_type, payload, event_id, channels, deadline,
+                           ordering_key)
     if settings().outbox:
         from hookline.outbox.rows import publication_row
 
-        return _write(publication_row(app_id, event_type, payload, event_id,
-                                      channels=channels, deadline=deadline,
-                                      ordering_key=ordering_key), using)
-    publication = prepare_publication(app_id, event_type, payload, event_id, channels,
-                                      deadline, ordering_key)
+        return _write(publication_row(spec), using)
+    publication = prepare_publication(spec)
     transaction.on_commit(partial(publish_logged, publication), using=using)
     return publication.event_id
 
