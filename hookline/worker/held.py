@@ -1,7 +1,7 @@
 """Held endpoints, as this worker process last saw them: the cheap deferral.
 
 On a Redis broker the consume script parks a held endpoint's deliveries before any worker
-takes them (``hookline/store/lua/consume.lua``). RabbitMQ cannot be asked to look inside a
+takes them (``hookline/transport/lua/consume.lua``). RabbitMQ cannot be asked to look inside a
 message first: every delivery reaches a worker. When the gate has just told this process that
 an endpoint is held (its breaker open, its half-open probe out, a Retry-After block), the next
 deliveries for it within that hold are parked straight away, due when the hold ends: one

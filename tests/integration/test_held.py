@@ -1,5 +1,5 @@
 """Deliveries to a held endpoint (circuit open, probe in flight, Retry-After block) are parked
-by the broker's consume script without reaching a worker (hookline/store/lua/consume.lua), so a dead
+by the broker's consume script without reaching a worker (hookline/transport/lua/consume.lua), so a dead
 endpoint's backlog does not slow a healthy one; they come back when the endpoint may take them.
 Real Redis, the session's real worker, real HTTP."""
 
