@@ -7,11 +7,14 @@ FROM python:3.11-slim
 # docker-compose gives each worker replica its own volume there.
 # MALLOC_ARENA_MAX=2: glibc's malloc gives each of a worker's threads an arena of its own (up
 # to 8 per core), which fragment; two keep the free bytes flat (the soak, docs/operations/
-# fault-runs.md), as Sidekiq's docs advise for the same symptom.
+# fault-runs.md), as Sidekiq's docs advise for the same symptom. GLIBC_TUNABLES: no per-thread
+# caches and a fixed mmap threshold, which kept malloc's bytes in use flat too (`hookline
+# worker` sets both where the environment does not; this image's bare `celery` command too).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     MALLOC_ARENA_MAX=2 \
+    GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.mmap_threshold=65536 \
     HOOKLINE_DLQ_SPOOL=/var/lib/hookline/dlq-spool.jsonl
 
 # Run as an unprivileged user: a worker sends HTTP requests to URLs that users configure.

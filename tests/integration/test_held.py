@@ -1,6 +1,7 @@
 """Deliveries to a held endpoint (circuit open, probe in flight, Retry-After block) are parked
-by the broker's consume script without reaching a worker (hookline/transport/lua/consume.lua), so a dead
-endpoint's backlog does not slow a healthy one; they come back when the endpoint may take them.
+by the broker's consume script without reaching a worker
+(hookline/transport/lua/consume.lua), so a dead endpoint's backlog does not slow a healthy one;
+they come back when the endpoint may take them.
 Real Redis, the session's real worker, real HTTP."""
 
 from __future__ import annotations

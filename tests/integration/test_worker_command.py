@@ -18,11 +18,13 @@ from click.testing import CliRunner
 from examples.receiver import Reply, always
 from hookline.cli.main import main
 from hookline.cli.worker import (
+    MALLOC_DEFAULTS,
     celery_command,
     cgroup_cpu_limit,
     parse_processes,
     spool_path,
     usable_cores,
+    worker_environment,
 )
 from hookline.store.delivery import delivered
 from hookline.store.endpoints import EndpointRegistry
@@ -52,6 +54,14 @@ def test_usable_cores_follow_the_cgroup_quota(tmp_path: Path):
     assert cgroup_cpu_limit(v1) == 0.5 and usable_cores(v1) == 1
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
     assert cgroup_cpu_limit(v1) is None
+
+
+def test_a_workers_malloc_settings_yield_to_the_environments_own():
+    assert worker_environment({"PATH": "/bin"}) == {**MALLOC_DEFAULTS, "PATH": "/bin"}
+    own = worker_environment({"GLIBC_TUNABLES": "", "MALLOC_ARENA_MAX": "4"})
+    assert own == {"GLIBC_TUNABLES": "", "MALLOC_ARENA_MAX": "4"}
+    image = (ROOT / "Dockerfile").read_text()  # the image's bare celery command gets the same
+    assert all(f"{name}={value} " in image for name, value in MALLOC_DEFAULTS.items())
 
 
 def test_process_counts_are_checked():
@@ -146,6 +156,14 @@ def test_a_worker_that_dies_stops_the_others(receiver, isolated):
                    timeout=60, what=lambda: log.read_text()[-2000:])
         pid = next(line.split("(pids ", 1)[1].split(",", 1)[0]
                    for line in log.read_text().splitlines() if "(pids " in line)
+        # glibc's malloc told the worker defaults (hookline.cli.worker.MALLOC_DEFAULTS)
+        environ = dict(entry.split("=", 1) for entry in
+                       Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in entry)
+        assert environ["MALLOC_ARENA_MAX"] == MALLOC_DEFAULTS["MALLOC_ARENA_MAX"]
+        # (glibc 2.36 cuts the original string it parsed, which /proc shows, after its first
+        # tunable; the process's own environ keeps them all)
+        first_tunable = MALLOC_DEFAULTS["GLIBC_TUNABLES"].split(":")[0]
+        assert environ["GLIBC_TUNABLES"].split(":")[0] == first_tunable
         os.kill(int(pid), signal.SIGKILL)
         code = supervisor.wait(60)
     finally:
