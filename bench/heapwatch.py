@@ -12,7 +12,8 @@ to ``$HEAPWATCH_FILE`` every ``$HEAPWATCH_EVERY`` seconds (60):
   blocks plus mmapped ones), where C extensions (hiredis, OpenSSL, the socket buffers) keep
   theirs; ``malloc_free``: bytes free inside its arenas, kept by the process (fragmentation);
 - ``objects`` and ``types``: the number of objects the collector tracks, and the 15 most
-  numerous types.
+  numerous types; ``methods``: the 12 most numerous bound methods, by their owner's class and
+  name (a callback registered again and again shows here).
 
 A leak grows ``blocks`` or ``malloc`` with ``rss``; a high-water mark (a backlog after a fault
 held more at once, and the allocators keep the pages) grows ``rss`` in steps while they stay
@@ -24,6 +25,9 @@ then adds ``traced``, the bytes traced; and every ``$HEAPWATCH_TRACE_EVERY`` sec
 after the first ``$HEAPWATCH_TRACE_AFTER`` (900), ``traced_growth``: the 12 call stacks whose
 allocations grew most since the first of those snapshots. They name what holds memory that
 Python's allocator passed on to malloc, which ``blocks`` counts but does not size.
+
+``HEAPWATCH_REDIS=1`` adds ``redis_pools``: redis-py's connection pools, by class, port,
+database and holder, with the connections each has made (:func:`redis_pools`).
 
 ``HEAPWATCH_NO_HIREDIS=1`` runs the worker without hiredis (redis-py's own reply parser, in
 Python), to tell hiredis's share of ``malloc`` from the rest in one A/B run.
@@ -41,6 +45,7 @@ import threading
 import time
 import tracemalloc
 from collections import Counter
+from types import FrameType, FunctionType, MethodType
 from typing import Any
 
 #: Seconds between two samples.
@@ -70,14 +75,77 @@ def sample(mallinfo: Any = None) -> dict[str, Any]:
         rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     objects = gc.get_objects()
     types = Counter(type(o).__name__ for o in objects)
+    methods = Counter(f"{type(o.__self__).__qualname__}.{o.__func__.__name__}"
+                      for o in objects if isinstance(o, MethodType))
     found: dict[str, Any] = {"t": time.time(), "rss": rss, "blocks": sys.getallocatedblocks(),
-                             "objects": len(objects), "types": dict(types.most_common(15))}
+                             "objects": len(objects), "types": dict(types.most_common(15)),
+                             "methods": dict(methods.most_common(12))}
+    if os.environ.get("HEAPWATCH_REDIS"):
+        found["redis_pools"] = redis_pools(objects)
     del objects
     if mallinfo is not None:
         info = mallinfo()
         found["malloc"] = info.uordblks + info.hblkhd
         found["malloc_free"] = info.fordblks
     return found
+
+
+def redis_pools(objects: list[Any]) -> dict[str, list[int]]:
+    """redis-py's connection pools among ``objects``, by class, port and database and by what
+    holds each (the class of the object whose attribute it is): ``[pools, connections made,
+    connections idle in them, connections in use]``; and the connections in use by what
+    refers to them (a frame: a call running now). A pool made again at each reconnect while the
+    old one is still held, or connections never given back, show as counts that grow fault by
+    fault."""
+    from redis.connection import ConnectionPool
+
+    found: dict[str, list[int]] = {}
+    for pool in (o for o in objects if isinstance(o, ConnectionPool)):
+        kwargs = pool.connection_kwargs
+        holders = sorted({f"{_holder(owner)}.{type(owner).__qualname__}"
+                          for owner in _owners(pool)})
+        name = (f"{type(pool).__name__} :{kwargs.get('port')}/{kwargs.get('db')} "
+                f"in {','.join(holders) or '?'}")
+        row = found.setdefault(name, [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += getattr(pool, "_created_connections", 0)
+        row[2] += len(getattr(pool, "_available_connections", ()))
+        in_use = list(getattr(pool, "_in_use_connections", ()))
+        row[3] += len(in_use)
+        for connection in in_use:
+            held = Counter(type(o).__qualname__ for o in gc.get_referrers(connection)
+                           if not isinstance(o, (set, list, dict)))
+            key = f"in use by {'+'.join(sorted(held)) or 'nothing'}"
+            found.setdefault(key, [0])[0] += 1
+    return found
+
+
+def _owners(thing: Any) -> list[Any]:
+    """The objects that hold ``thing`` as an attribute (or in a list, dict or set they hold)."""
+    found = []
+    for held in gc.get_referrers(thing):
+        if isinstance(held, (dict, list, set, tuple)):
+            found.extend(o for o in gc.get_referrers(held) if _owner(o))
+        elif _owner(held):
+            found.append(held)
+    return found
+
+
+def _owner(thing: Any) -> bool:
+    """Whether ``thing`` counts as a holder: an object with attributes, not a frame, a
+    function or redis-py's own bookkeeping (its connections and notification handlers)."""
+    kind = type(thing)
+    return (hasattr(thing, "__dict__") and not isinstance(thing, _NOT_OWNERS)
+            and not (kind.__module__.startswith("redis.") and kind.__name__ != "Redis"))
+
+
+_NOT_OWNERS = (dict, list, set, tuple, FrameType, FunctionType, MethodType)
+
+
+def _holder(thing: Any) -> str:
+    """The class of what holds ``thing`` (``?`` where nothing does, or several kinds do)."""
+    kinds = {type(o).__qualname__ for o in _owners(thing)}
+    return kinds.pop() if len(kinds) == 1 else "?" if not kinds else "+".join(sorted(kinds))
 
 
 class Tracer:

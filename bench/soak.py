@@ -51,7 +51,15 @@ from bench import heapwatch
 from bench import soak_report as report
 from bench.chaos_procs import AofRedis, WorkerFleet, clean_env
 from bench.common import run_bench
-from bench.soak_parts import Fleet, Plan, Receivers, SoakRedis, endpoint_plan, where_held
+from bench.soak_parts import (
+    FAULT_KINDS,
+    Fleet,
+    Plan,
+    Receivers,
+    SoakRedis,
+    endpoint_plan,
+    where_held,
+)
 from bench.soak_servers import SentinelRedis
 from hookline.core.config import configure
 
@@ -100,6 +108,8 @@ class Options:
     odd_env: dict[str, str]
     #: Redis behind Sentinel, and a failover in the rotation (``--sentinel``).
     sentinel: bool = False
+    #: Only these kinds of fault, in the rotation's order (``--faults``; all when empty).
+    faults: tuple[str, ...] = ()
 
 
 def parse_options(argv: list[str] | None) -> Options:
@@ -121,7 +131,13 @@ def parse_options(argv: list[str] | None) -> Options:
     parser.add_argument("--sentinel", action="store_true",
                         help="Redis behind Sentinel (a master, two replicas, three Sentinels), "
                              "and a Sentinel failover in the rotation")
+    parser.add_argument("--faults", default="", metavar="KIND,...",
+                        help="only these faults, e.g. redis_restart,redis_pause (of "
+                             f"{', '.join(FAULT_KINDS)})")
     args = parser.parse_args(argv)
+    faults = tuple(kind for kind in args.faults.split(",") if kind)
+    if set(faults) - set(FAULT_KINDS):
+        parser.error(f"--faults: unknown {', '.join(sorted(set(faults) - set(FAULT_KINDS)))}")
     quick = args.quick
     minutes = 3.0 if quick else args.minutes
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="hookline-soak-"))
@@ -135,7 +151,7 @@ def parse_options(argv: list[str] | None) -> Options:
                    output=args.results or Path(__file__).parent / "results" / name,
                    even_env=dict(item.split("=", 1) for item in args.even_env),
                    odd_env=dict(item.split("=", 1) for item in args.odd_env),
-                   sentinel=args.sentinel)
+                   sentinel=args.sentinel, faults=faults)
 
 
 class Soak:

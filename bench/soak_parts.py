@@ -197,6 +197,8 @@ ROTATION = [("redis_restart", 5.0, 3.0), ("redis_pause", 20.0, 10.0), ("sigkill"
             ("worker_pause", 36.0, 15.0), ("receiver_down", 60.0, 20.0)]
 #: Joins the rotation when the soak's Redis sits behind Sentinel (``--sentinel``).
 FAILOVER = ("sentinel_failover", 0.0, 0.0)
+#: Every kind of fault, for ``--faults``.
+FAULT_KINDS = tuple(kind for kind, _, _ in [*ROTATION, FAILOVER])
 
 
 class SoakRedis(Protocol):
@@ -215,8 +217,10 @@ class SoakRedis(Protocol):
     def stop(self) -> None: ...
 
 
-def rotation(server: SoakRedis) -> list[tuple[str, float, float]]:
-    return [*ROTATION, FAILOVER] if hasattr(server, "failover") else ROTATION
+def rotation(server: SoakRedis, only: tuple[str, ...] = ()) -> list[tuple[str, float, float]]:
+    """The faults in their order; only the kinds in ``only`` where it names any (``--faults``)."""
+    faults = [*ROTATION, FAILOVER] if hasattr(server, "failover") else ROTATION
+    return [fault for fault in faults if not only or fault[0] in only]
 
 
 @dataclass
@@ -249,7 +253,7 @@ class Fleet:
         at = started + options.first_fault
         end = started + options.minutes * 60
         n = 0
-        faults = rotation(server)
+        faults = rotation(server, options.faults)
         while at < end - 10 and (not options.quick or n < len(faults)):
             kind, full, quick = faults[n % len(faults)]
             self._plan(plan, kind, at, quick if options.quick else full, server, receivers)

@@ -99,7 +99,8 @@ def _cluster_client(url: str, **options: object) -> redis.Redis:
 
 
 #: Per client connection pool: (pid, connections free for call_script). Made with the pool's
-#: own ``make_connection``, used by one thread at a time, given back after each call.
+#: own ``make_connection``, used by one thread at a time, given back after each call (closed,
+#: after an error: never thrown away, as the pool counts each one it made).
 _free: weakref.WeakKeyDictionary[Any, tuple[int, list[Any]]] = weakref.WeakKeyDictionary()
 
 
@@ -133,16 +134,26 @@ def call_script(script: Any, keys: list[Any], args: list[Any]) -> Any:
         free.append(connection)
         raise  # the script's own error: the connection is fine
     except redis.exceptions.TimeoutError:
-        connection.disconnect()
+        _keep_closed(free, connection)
         raise  # as script(...) would: a timeout is not tried again (bounded_options)
     except (redis.exceptions.ConnectionError, OSError):
-        connection.disconnect()
+        _keep_closed(free, connection)
         return script(keys=keys, args=args)
     except BaseException:
-        connection.disconnect()  # a reply may be half read
+        _keep_closed(free, connection)  # a reply may be half read
         raise
     free.append(connection)
     return reply
+
+
+def _keep_closed(free: list[Any], connection: Any) -> None:
+    """Close ``connection`` and keep it in ``free``: its next call connects again. Thrown
+    away instead, it would still count as made in its pool (``make_connection`` counts, and
+    only the pool's own ``release`` gives back), and each Redis restart, dropping one per busy
+    thread, would bring the pool nearer its ``max_connections``: "Too many connections" on
+    every call, restarts later."""
+    connection.disconnect()
+    free.append(connection)
 
 
 def client() -> redis.Redis:

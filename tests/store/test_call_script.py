@@ -51,6 +51,22 @@ def test_a_connection_the_server_closed_is_replaced(own_redis):
     assert call_script(script, ["k"], ["a"]) == ["k", "a", "3"]
 
 
+def test_connections_the_server_closed_do_not_use_up_the_pools_limit(own_redis):
+    """A dropped connection is kept, to reconnect on its next call, rather than thrown away
+    while the pool still counts it: at each Redis restart a worker threw away one per busy
+    thread, and the pool's count of connections made (its limit, max_connections) only grew,
+    until, restarts later, every call would fail with "Too many connections"."""
+    client = redis.Redis(connection_pool=redis.ConnectionPool(
+        **own_redis.connection_pool.connection_kwargs, max_connections=3))
+    script = client.register_script(ECHO)
+    try:
+        for n in range(1, 11):
+            assert call_script(script, ["k"], ["a"]) == ["k", "a", str(n)]
+            assert own_redis.client_kill_filter(_type="normal", skipme=True) >= 1
+    finally:
+        client.close()
+
+
 def test_the_scripts_own_error_is_raised_and_the_connection_stays_usable(own_redis):
     failing = own_redis.register_script("return redis.error_reply('NOPE: refused')")
     script = own_redis.register_script(ECHO)
