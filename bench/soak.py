@@ -61,6 +61,7 @@ from bench.soak_parts import (
     where_held,
 )
 from bench.soak_servers import SentinelRedis
+from hookline.cli.worker import worker_environment
 from hookline.core.config import configure
 
 #: How the workers are set for the soak: short timeouts and retries, so that every event is
@@ -187,7 +188,10 @@ class Soak:
         self.receivers = Receivers(options.workdir)
         client = self.redis.client()
         plan = endpoint_plan(client, self.receivers)
-        self.fleet = Fleet(WorkerFleet(env, options.workdir, concurrency=32, watch_heap=True,
+        # The workers get what ``hookline worker`` gives its own (glibc's malloc settings,
+        # where the environment does not set them), then their half's --even/--odd-env.
+        self.fleet = Fleet(WorkerFleet(worker_environment(env), options.workdir,
+                                       concurrency=32, watch_heap=True,
                                        even_env=options.even_env, odd_env=options.odd_env))
         self.fleet.start(2)
         started = time.time()
