@@ -126,34 +126,25 @@ def call_script(script: Any, keys: list[Any], args: list[Any]) -> Any:
         connection = pool.make_connection()
     try:
         connection.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        reply = connection.read_response()
+        return connection.read_response()
     except redis.exceptions.NoScriptError:
-        free.append(connection)
         return script(keys=keys, args=args)  # loads it
     except redis.exceptions.ResponseError:
-        free.append(connection)
         raise  # the script's own error: the connection is fine
-    except redis.exceptions.TimeoutError:
-        _keep_closed(free, connection)
-        raise  # as script(...) would: a timeout is not tried again (bounded_options)
     except (redis.exceptions.ConnectionError, OSError):
-        _keep_closed(free, connection)
+        connection.disconnect()
         return script(keys=keys, args=args)
     except BaseException:
-        _keep_closed(free, connection)  # a reply may be half read
+        # A timeout (not tried again, as script(...) would not: bounded_options), or a reply
+        # perhaps half read.
+        connection.disconnect()
         raise
-    free.append(connection)
-    return reply
-
-
-def _keep_closed(free: list[Any], connection: Any) -> None:
-    """Close ``connection`` and keep it in ``free``: its next call connects again. Thrown
-    away instead, it would still count as made in its pool (``make_connection`` counts, and
-    only the pool's own ``release`` gives back), and each Redis restart, dropping one per busy
-    thread, would bring the pool nearer its ``max_connections``: "Too many connections" on
-    every call, restarts later."""
-    connection.disconnect()
-    free.append(connection)
+    finally:
+        # Back to the free list in every case, closed after an error (its next call connects
+        # again): thrown away, it would still count as made in its pool (only the pool's own
+        # release gives back), and each Redis restart, dropping one per busy thread, would
+        # bring the pool nearer its max_connections: "Too many connections", restarts later.
+        free.append(connection)
 
 
 def client() -> redis.Redis:

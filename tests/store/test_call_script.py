@@ -5,6 +5,7 @@ go through ``Script`` itself. On a Redis server of the test's own (it kills conn
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterator
 
@@ -65,6 +66,31 @@ def test_connections_the_server_closed_do_not_use_up_the_pools_limit(own_redis):
             assert own_redis.client_kill_filter(_type="normal", skipme=True) >= 1
     finally:
         client.close()
+
+
+def test_calls_that_timed_out_on_a_paused_redis_do_not_use_up_the_pools_limit(tmp_path):
+    """The same for a Redis paused (SIGSTOP) past the read timeout: each call raises
+    TimeoutError (never tried again), and once Redis goes on the calls go through, however
+    many timed out before."""
+    server = PrivateRedis(tmp_path)
+    server.start().close()
+    assert server.process is not None
+    client = redis.Redis(connection_pool=redis.ConnectionPool.from_url(
+        server.url, max_connections=2, socket_timeout=0.2, decode_responses=True))
+    script = client.register_script(ECHO)
+    try:
+        assert call_script(script, ["k"], ["a"]) == ["k", "a", "1"]
+        for _ in range(5):
+            server.process.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(redis.TimeoutError):
+                    call_script(script, ["k"], ["a"])
+            finally:
+                server.process.send_signal(signal.SIGCONT)
+            assert call_script(script, ["k"], ["a"])[:2] == ["k", "a"]
+    finally:
+        client.close()
+        server.stop()
 
 
 def test_the_scripts_own_error_is_raised_and_the_connection_stays_usable(own_redis):
