@@ -27,7 +27,8 @@ allocations grew most since the first of those snapshots. They name what holds m
 Python's allocator passed on to malloc, which ``blocks`` counts but does not size.
 
 ``HEAPWATCH_REDIS=1`` adds ``redis_pools``: redis-py's connection pools, by class, port,
-database and holder, with the connections each has made (:func:`redis_pools`).
+database and holder, with the connections each has made, holds idle and has in use
+(:func:`redis_pools`).
 
 ``HEAPWATCH_NO_HIREDIS=1`` runs the worker without hiredis (redis-py's own reply parser, in
 Python), to tell hiredis's share of ``malloc`` from the rest in one A/B run.
@@ -93,10 +94,10 @@ def sample(mallinfo: Any = None) -> dict[str, Any]:
 def redis_pools(objects: list[Any]) -> dict[str, list[int]]:
     """redis-py's connection pools among ``objects``, by class, port and database and by what
     holds each (the class of the object whose attribute it is): ``[pools, connections made,
-    connections idle in them, connections in use]``; and the connections in use by what
-    refers to them (a frame: a call running now). A pool made again at each reconnect while the
-    old one is still held, or connections never given back, show as counts that grow fault by
-    fault."""
+    connections idle in them, connections in use]``. A pool made again at each reconnect while
+    the old one is still held, or connections made and never given back, show as counts that
+    grow fault by fault (made minus idle minus in use: connections the pool counts and does
+    not hold)."""
     from redis.connection import ConnectionPool
 
     found: dict[str, list[int]] = {}
@@ -110,13 +111,7 @@ def redis_pools(objects: list[Any]) -> dict[str, list[int]]:
         row[0] += 1
         row[1] += getattr(pool, "_created_connections", 0)
         row[2] += len(getattr(pool, "_available_connections", ()))
-        in_use = list(getattr(pool, "_in_use_connections", ()))
-        row[3] += len(in_use)
-        for connection in in_use:
-            held = Counter(type(o).__qualname__ for o in gc.get_referrers(connection)
-                           if not isinstance(o, (set, list, dict)))
-            key = f"in use by {'+'.join(sorted(held)) or 'nothing'}"
-            found.setdefault(key, [0])[0] += 1
+        row[3] += len(getattr(pool, "_in_use_connections", ()))
     return found
 
 
