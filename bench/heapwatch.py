@@ -25,10 +25,17 @@ then adds ``traced``, the bytes traced; and every ``$HEAPWATCH_TRACE_EVERY`` sec
 after the first ``$HEAPWATCH_TRACE_AFTER`` (900), ``traced_growth``: the 12 call stacks whose
 allocations grew most since the first of those snapshots. They name what holds memory that
 Python's allocator passed on to malloc, which ``blocks`` counts but does not size.
+``HEAPWATCH_TRACE_PEAK=1`` adds ``traced_peak`` at each sample whose traced bytes pass the
+highest so far by a tenth (after the first ``$HEAPWATCH_TRACE_AFTER``): the 12 call stacks that
+hold most at that moment, which names what a burst (the backlog after a fault) holds at once.
 
 ``HEAPWATCH_REDIS=1`` adds ``redis_pools``: redis-py's connection pools, by class, port,
 database and holder, with the connections each has made, holds idle and has in use
 (:func:`redis_pools`).
+
+``HEAPWATCH_CLASSES=QUALNAME,...`` adds ``classes``: for each name, how many classes of that
+qualified name live, their instances (``Channel``: the broker's channels, which a reconnect
+replaces) and what holds the first eight (:func:`classes_held`).
 
 ``HEAPWATCH_NO_HIREDIS=1`` runs the worker without hiredis (redis-py's own reply parser, in
 Python), to tell hiredis's share of ``malloc`` from the rest in one A/B run.
@@ -83,6 +90,9 @@ def sample(mallinfo: Any = None) -> dict[str, Any]:
                              "methods": dict(methods.most_common(12))}
     if os.environ.get("HEAPWATCH_REDIS"):
         found["redis_pools"] = redis_pools(objects)
+    if os.environ.get("HEAPWATCH_CLASSES"):
+        found["classes"] = {name: classes_held(objects, name)
+                            for name in os.environ["HEAPWATCH_CLASSES"].split(",")}
     del objects
     if mallinfo is not None:
         info = mallinfo()
@@ -113,6 +123,47 @@ def redis_pools(objects: list[Any]) -> dict[str, list[int]]:
         row[2] += len(getattr(pool, "_available_connections", ()))
         row[3] += len(getattr(pool, "_in_use_connections", ()))
     return found
+
+
+def classes_held(objects: list[Any], qualname: str) -> dict[str, Any]:
+    """The classes among ``objects`` whose qualified name is ``qualname``, and their instances
+    (a class a library makes again at each reconnect, or the channels a reconnect replaces):
+    how many of each, and what holds each of the first eight, three referrers deep."""
+    found = [o for o in objects if isinstance(o, type) and o.__qualname__ == qualname]
+    instances = [o for o in objects if type(o) in found]
+    ignore = {id(objects), id(found), id(instances)}
+    chains = []
+    for n in range(min(len(instances), 8)):
+        chains.append(_chain(instances[n], int(os.environ.get("HEAPWATCH_DEPTH", "3")), ignore))
+    return {"classes": len(found), "instances": len(instances), "held_by": chains}
+
+
+def _chain(thing: Any, depth: int, ignore: set[int]) -> list[str]:
+    """What refers to ``thing``, and what to that, ``depth`` deep (the first six of each; not
+    this watcher's own lists and frames)."""
+    lines: list[str] = []
+    if depth == 0:
+        return lines
+    referrers = []
+    for held in gc.get_referrers(thing):
+        if id(held) not in ignore and not (
+                isinstance(held, FrameType) and held.f_code.co_filename == __file__):
+            referrers.append(held)
+    first = referrers[:6]
+    ignore = ignore | {id(referrers), id(first)}
+    for held in first:
+        name = type(held).__qualname__
+        if isinstance(held, (FunctionType, MethodType)):
+            name += " " + held.__qualname__
+        elif isinstance(held, dict):
+            keys = []
+            for key, value in held.items():
+                if value is thing:
+                    keys.append(str(key))
+            name += "[" + ",".join(keys)[:60] + "]"
+        lines.append(name)
+        lines.extend("  " + line for line in _chain(held, depth - 1, ignore))
+    return lines
 
 
 def _owners(thing: Any) -> list[Any]:
@@ -151,18 +202,24 @@ class Tracer:
         self.started, self.after, self.every = time.time(), after, every
         self.baseline: dict[Any, int] | None = None
         self.last = 0.0
+        self.peaks = bool(os.environ.get("HEAPWATCH_TRACE_PEAK"))
+        self.highest = 0
 
     def sample(self) -> dict[str, Any]:
-        found: dict[str, Any] = {"traced": tracemalloc.get_traced_memory()[0]}
+        traced = tracemalloc.get_traced_memory()[0]
+        found: dict[str, Any] = {"traced": traced}
         now = time.time()
-        if now - self.started < self.after or now - self.last < self.every:
+        if now - self.started < self.after:
+            return found
+        if self.peaks and traced > self.highest * 1.1:
+            self.highest = traced
+            top = sorted(self._sizes().items(), key=lambda pair: pair[1], reverse=True)[:12]
+            found["traced_peak"] = [{"bytes": size, "where": [_frame(f) for f in where]}
+                                    for where, size in top]
+        if now - self.last < self.every:
             return found
         self.last = now
-        snapshot = tracemalloc.take_snapshot().filter_traces(  # not this watcher's own
-            [tracemalloc.Filter(False, tracemalloc.__file__),
-             tracemalloc.Filter(False, __file__, all_frames=True)])
-        sizes = {stat.traceback: stat.size for stat in snapshot.statistics("traceback")}
-        del snapshot
+        sizes = self._sizes()
         if self.baseline is None:
             self.baseline = sizes
             return found
@@ -172,6 +229,14 @@ class Tracer:
         found["traced_growth"] = [{"bytes": size, "where": [_frame(f) for f in where]}
                                   for size, where in grown if size > 0]
         return found
+
+    @staticmethod
+    def _sizes() -> dict[Any, int]:
+        """Bytes held now by each call stack (not this watcher's own)."""
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__),
+             tracemalloc.Filter(False, __file__, all_frames=True)])
+        return {stat.traceback: stat.size for stat in snapshot.statistics("traceback")}
 
 
 def _frame(frame: Any) -> str:

@@ -11,20 +11,38 @@ cost CPU).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import MethodType
 
 _lock = threading.Lock()
 _waiting = 0
 #: Called (with no arguments) when an attempt starts waiting on its receiver: the consumer,
 #: starved of runnable room, takes the next message at once (hookline/transport/unacked.py).
-_listeners: list[Callable[[], None]] = []
+#: Held weakly: a listener is a channel's QoS, and a reconnect replaces the channel. Held
+#: strongly, each replaced channel stayed for the life of the process, with its unacked
+#: messages' table, its ledger and its connection pools (a worker grew at every Redis fault).
+#: A tuple replaced whole under the lock, so the hot path reads it without one.
+_listeners: tuple[weakref.ref[Callable[[], None]], ...] = ()
 
 
 def notify_when_waiting(listener: Callable[[], None]) -> None:
-    """Call ``listener`` whenever an attempt starts waiting on a receiver (once registered)."""
-    if listener not in _listeners:
-        _listeners.append(listener)
+    """Call ``listener`` whenever an attempt starts waiting on a receiver (once registered),
+    for as long as it lives: a bound method's object or a function is not kept alive by this
+    (registering also drops the listeners that no longer live)."""
+    global _listeners
+    held: weakref.ref[Callable[[], None]] = (
+        weakref.WeakMethod(listener) if isinstance(listener, MethodType)
+        else weakref.ref(listener))
+    with _lock:
+        live = tuple(ref for ref in _listeners if ref() is not None)
+        _listeners = live if held in live else (*live, held)
+
+
+def listening() -> int:
+    """How many listeners are registered and live."""
+    return sum(1 for ref in _listeners if ref() is not None)
 
 
 def waiting_on_receivers() -> int:
@@ -38,8 +56,10 @@ def waiting_on_receiver() -> Iterator[None]:
     global _waiting
     with _lock:
         _waiting += 1
-    for listener in _listeners:
-        listener()
+    for ref in _listeners:
+        listener = ref()
+        if listener is not None:
+            listener()
     try:
         yield
     finally:
