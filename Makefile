@@ -34,14 +34,15 @@ redis:
 	scripts/ensure-redis.sh
 
 # The documentation site, built strictly (a warning, a broken link or anchor is an error) into
-# site/. The docs extra is installed once, again only when pyproject.toml changes.
+# site/. The docs extra is installed once, again only when pyproject.toml changes. Run by the
+# venv's python, not its script (whose first line names the python that installed it).
 DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[docs]'
 	touch $@
 
 docs: $(DOCS_STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --clean
 
 # What the demo needs and nothing more: Hookline and the demo extra (rich), into the same .venv:
 # a fresh clone's `make demo` takes about 30 s in all on 2 cores, against about 2 minutes with
