@@ -116,6 +116,9 @@ class QoS(kombu_redis.QoS):
         self.ledger = Ledger(self.channel)
         #: can_consume said no: the event loop stopped polling (see :meth:`room_freed`).
         self._starved = False
+        #: :meth:`room_freed` is registered (once, at the first time without room; weakly, so
+        #: a channel a reconnect replaced goes).
+        self._listening = False
 
     @property
     def records_key(self) -> str:
@@ -135,7 +138,9 @@ class QoS(kombu_redis.QoS):
         if room is None or room > 0:
             return True
         self._starved = True
-        notify_when_waiting(self.room_freed)
+        if not self._listening:
+            self._listening = True
+            notify_when_waiting(self.room_freed)
         return False
 
     def room_freed(self) -> None:
