@@ -27,7 +27,8 @@ allocations grew most since the first of those snapshots. They name what holds m
 Python's allocator passed on to malloc, which ``blocks`` counts but does not size.
 ``HEAPWATCH_TRACE_PEAK=1`` adds ``traced_peak`` at each sample whose traced bytes pass the
 highest so far by a tenth (after the first ``$HEAPWATCH_TRACE_AFTER``): the 12 call stacks that
-hold most at that moment, which names what a burst (the backlog after a fault) holds at once.
+hold most at that moment, which names what a burst (the backlog after a fault) holds at once
+(each takes a snapshot: minutes for a worker's heap traced 10 frames deep).
 
 ``HEAPWATCH_REDIS=1`` adds ``redis_pools``: redis-py's connection pools, by class, port,
 database and holder, with the connections each has made, holds idle and has in use
@@ -35,7 +36,8 @@ database and holder, with the connections each has made, holds idle and has in u
 
 ``HEAPWATCH_CLASSES=QUALNAME,...`` adds ``classes``: for each name, how many classes of that
 qualified name live, their instances (``Channel``: the broker's channels, which a reconnect
-replaces) and what holds the first eight (:func:`classes_held`).
+replaces) and what holds the first eight, ``$HEAPWATCH_DEPTH`` (3) referrers deep
+(:func:`classes_held`).
 
 ``HEAPWATCH_NO_HIREDIS=1`` runs the worker without hiredis (redis-py's own reply parser, in
 Python), to tell hiredis's share of ``malloc`` from the rest in one A/B run.
@@ -128,13 +130,15 @@ def redis_pools(objects: list[Any]) -> dict[str, list[int]]:
 def classes_held(objects: list[Any], qualname: str) -> dict[str, Any]:
     """The classes among ``objects`` whose qualified name is ``qualname``, and their instances
     (a class a library makes again at each reconnect, or the channels a reconnect replaces):
-    how many of each, and what holds each of the first eight, three referrers deep."""
+    how many of each, and what holds each of the first eight, ``$HEAPWATCH_DEPTH`` (3)
+    referrers deep."""
     found = [o for o in objects if isinstance(o, type) and o.__qualname__ == qualname]
     instances = [o for o in objects if type(o) in found]
     ignore = {id(objects), id(found), id(instances)}
+    depth = int(os.environ.get("HEAPWATCH_DEPTH", "3"))
     chains = []
     for n in range(min(len(instances), 8)):
-        chains.append(_chain(instances[n], int(os.environ.get("HEAPWATCH_DEPTH", "3")), ignore))
+        chains.append(_chain(instances[n], depth, ignore))
     return {"classes": len(found), "instances": len(instances), "held_by": chains}
 
 
