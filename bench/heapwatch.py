@@ -15,6 +15,12 @@ to ``$HEAPWATCH_FILE`` every ``$HEAPWATCH_EVERY`` seconds (60):
   numerous types; ``methods``: the 12 most numerous bound methods, by their owner's class and
   name (a callback registered again and again shows here).
 
+The watcher looks at each object by its exact type (``type(o)``), never by ``isinstance`` or
+an attribute of the object itself: those go through ``__class__`` and ``__dict__``, which
+Celery's lazy proxies (``current_app``, ``celery.app``'s own module) answer by importing and
+evaluating what they stand for, from this thread, while the main thread is still importing
+Celery (a worker then died at start with ``cannot import name 'Celery'``).
+
 A leak grows ``blocks`` or ``malloc`` with ``rss``; a high-water mark (a backlog after a fault
 held more at once, and the allocators keep the pages) grows ``rss`` in steps while they stay
 flat. ``bench.soak`` reports the slope of each.
@@ -86,7 +92,7 @@ def sample(mallinfo: Any = None) -> dict[str, Any]:
     objects = gc.get_objects()
     types = Counter(type(o).__name__ for o in objects)
     methods = Counter(f"{type(o.__self__).__qualname__}.{o.__func__.__name__}"
-                      for o in objects if isinstance(o, MethodType))
+                      for o in objects if type(o) is MethodType)
     found: dict[str, Any] = {"t": time.time(), "rss": rss, "blocks": sys.getallocatedblocks(),
                              "objects": len(objects), "types": dict(types.most_common(15)),
                              "methods": dict(methods.most_common(12))}
@@ -113,7 +119,7 @@ def redis_pools(objects: list[Any]) -> dict[str, list[int]]:
     from redis.connection import ConnectionPool
 
     found: dict[str, list[int]] = {}
-    for pool in (o for o in objects if isinstance(o, ConnectionPool)):
+    for pool in (o for o in objects if issubclass(type(o), ConnectionPool)):
         kwargs = pool.connection_kwargs
         holders = sorted({f"{_holder(owner)}.{type(owner).__qualname__}"
                           for owner in _owners(pool)})
@@ -132,7 +138,7 @@ def classes_held(objects: list[Any], qualname: str) -> dict[str, Any]:
     (a class a library makes again at each reconnect, or the channels a reconnect replaces):
     how many of each, and what holds each of the first eight, ``$HEAPWATCH_DEPTH`` (3)
     referrers deep."""
-    found = [o for o in objects if isinstance(o, type) and o.__qualname__ == qualname]
+    found = [o for o in objects if issubclass(type(o), type) and o.__qualname__ == qualname]
     instances = [o for o in objects if type(o) in found]
     ignore = {id(objects), id(found), id(instances)}
     depth = int(os.environ.get("HEAPWATCH_DEPTH", "3"))
@@ -151,15 +157,15 @@ def _chain(thing: Any, depth: int, ignore: set[int]) -> list[str]:
     referrers = []
     for held in gc.get_referrers(thing):
         if id(held) not in ignore and not (
-                isinstance(held, FrameType) and held.f_code.co_filename == __file__):
+                type(held) is FrameType and held.f_code.co_filename == __file__):
             referrers.append(held)
     first = referrers[:6]
     ignore = ignore | {id(referrers), id(first)}
     for held in first:
         name = type(held).__qualname__
-        if isinstance(held, (FunctionType, MethodType)):
+        if type(held) in (FunctionType, MethodType):
             name += " " + held.__qualname__
-        elif isinstance(held, dict):
+        elif issubclass(type(held), dict):
             keys = []
             for key, value in held.items():
                 if value is thing:
@@ -172,9 +178,9 @@ def _chain(thing: Any, depth: int, ignore: set[int]) -> list[str]:
 
 def _owners(thing: Any) -> list[Any]:
     """The objects that hold ``thing`` as an attribute (or in a list, dict or set they hold)."""
-    found = []
+    found: list[Any] = []
     for held in gc.get_referrers(thing):
-        if isinstance(held, (dict, list, set, tuple)):
+        if issubclass(type(held), (dict, list, set, tuple)):
             found.extend(o for o in gc.get_referrers(held) if _owner(o))
         elif _owner(held):
             found.append(held)
@@ -185,7 +191,7 @@ def _owner(thing: Any) -> bool:
     """Whether ``thing`` counts as a holder: an object with attributes, not a frame, a
     function or redis-py's own bookkeeping (its connections and notification handlers)."""
     kind = type(thing)
-    return (hasattr(thing, "__dict__") and not isinstance(thing, _NOT_OWNERS)
+    return (kind.__dictoffset__ != 0 and not issubclass(kind, _NOT_OWNERS)
             and not (kind.__module__.startswith("redis.") and kind.__name__ != "Redis"))
 
 

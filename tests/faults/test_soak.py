@@ -14,12 +14,17 @@ receivers and workers on free ports, in a subprocess
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.support.bench_runs import run_quick
 
 pytestmark = [
@@ -57,3 +62,19 @@ def test_the_quick_soak_settles_every_event_and_recovers_from_each_fault(tmp_pat
     assert all(f["recovery"] is not None and f["recovery"] <= 30 for f in summary["faults"]), \
         output
     assert summary["ok"] is True, output
+
+
+def test_the_heap_watcher_samples_while_celery_is_still_importing(tmp_path: Path):
+    """The soak's workers run under ``bench.heapwatch``, whose thread samples the heap while the
+    main thread imports Celery. Sampling without pause, with every diagnostic on, must not
+    evaluate Celery's lazy proxies from that thread: it once did (``isinstance`` reads
+    ``__class__``), and the worker died at start with ``cannot import name 'Celery'``."""
+    for run in range(3):
+        samples = tmp_path / f"heap-{run}.jsonl"
+        env = {**os.environ, "HEAPWATCH_FILE": str(samples), "HEAPWATCH_EVERY": "0",
+               "HEAPWATCH_REDIS": "1", "HEAPWATCH_CLASSES": "Celery,Channel"}
+        done = subprocess.run([sys.executable, "-m", "bench.heapwatch", "--version"], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and "Error" not in done.stderr, done.stdout + done.stderr
+        lines = samples.read_text().splitlines()
+        assert lines and all("rss" in json.loads(line) for line in lines[:-1]), lines[:2]
