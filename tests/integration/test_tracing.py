@@ -198,7 +198,10 @@ def test_an_outbox_row_is_relayed_into_the_trace_that_wrote_it(collector, signed
     start_worker("otelrelay", wrapper=(INSTRUMENT,),
                  extra_env={**worker_env(collector, celery_instrumentation=False),
                             "HOOKLINE_OUTBOX": "on", "HOOKLINE_OUTBOX_URL": database})
-    spans = collector.wait_for(lambda found: len(of_event(found, event, "CLIENT")) == 1)
+    # A span is exported when it ends, in the batch of its time: the task's span ends after
+    # its attempt's, and may come in a later batch. Wait for both.
+    spans = collector.wait_for(lambda found: all(
+        len(of_event(found, event, kind)) == 1 for kind in ("CLIENT", "CONSUMER")))
     (client,) = of_event(spans, event, "CLIENT")
     (written,) = of_event(spans, event, "PRODUCER")
     (task,) = of_event(spans, event, "CONSUMER")
@@ -229,7 +232,9 @@ def test_a_replayed_dead_letter_links_to_the_event_s_first_attempt(collector, si
          "replayed"], cwd=ROOT, env={**os.environ, **TEST_ENV, "REDIS_URL": QUIET_URL},
         capture_output=True, text=True, timeout=60)
     assert replay.returncode == 0, replay.stderr
-    spans = collector.wait_for(lambda found: len(of_event(found, event, "CLIENT")) == 3)
+    # The replay's task span ends after its attempt's, and may be exported in a later batch.
+    spans = collector.wait_for(lambda found: len(of_event(found, event, "CLIENT")) == 3 and len(
+        of_event(found, event, "CONSUMER")) == 3)
     clients = of_event(spans, event, "CLIENT")
     (delivered,) = [c for c in clients if c.attributes["hookline.outcome"] == "delivered"]
     # The replay is the operator's act, in a trace of its own, linked to the first attempt.
