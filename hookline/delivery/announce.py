@@ -1,6 +1,6 @@
 """Telling Flower about deliveries dead-lettered outside a worker's task: the retries an
 endpoint's disable, removal or 410 moves from the schedule to the dead-letter queue
-(``retries.dead_letter_scheduled``, from the CLI or a worker).
+(``retries.dead_letter_scheduled``, from the CLI, the console, the portal or a worker).
 
 Their last task event was ``task-retried`` (RETRY); without a word from the process that
 dead-lettered them Flower would show them waiting for good. Any process can send task events

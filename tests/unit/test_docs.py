@@ -447,7 +447,7 @@ SHELL_BLOCKS_ELSEWHERE = {
                                 "demo receiver; a few hundred events"):
         "not run: make's targets, run by CI (.ci/run) and by hand",
     ("docs/getting-started.md", "make install                                   # or: pip "
-                                "install -e '.[dev]'"):
+                                "install -e '.[dev,otel]'"):
         "not run: the worker and Flower run until stopped, and the endpoint is example.com",
     # Every block of the page, run in order by its test.
     ("docs/quickstart.md", "*"): "run by: tests/integration/test_quickstart.py",

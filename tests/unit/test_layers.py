@@ -24,7 +24,7 @@ PACKAGE = ROOT / "hookline"
 #: ``app.config_from_object("hookline.celeryconfig")`` and ``import hookline.operational``.
 #: Everything else lives in a layer's folder.
 PUBLIC_MODULES = ["hookline.celeryconfig", "hookline.operational"]
-#: Layers, bottom up, each one folder of ``hookline/`` (the faces: three folders, the public
+#: Layers, bottom up, each one folder of ``hookline/`` (the faces: four folders, the public
 #: modules and the package itself): a module may import its own layer and those below, never
 #: above.
 LAYERS = [
