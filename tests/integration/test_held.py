@@ -44,8 +44,9 @@ def test_a_held_endpoint_is_parked_by_the_consumer_and_delivered_after(worker, r
     dues = [client.zscore(DUE_KEY, f"{held.id}/{event_id}") for event_id in held_ids]
     assert all(due is not None and due >= until for due in dues)
     assert receiver.requests_to("/held") == []
-    log = worker.output()
-    assert f"event_id={held_ids[0]} reason=breaker_open" in log and "by=consumer" in log
+    # The consumer logs what its script parked once the script has returned.
+    log = wait_until(lambda: (lambda out: out if f"event_id={held_ids[0]} reason=breaker_open"
+                              in out and "by=consumer" in out else None)(worker.output()))
     assert not any(f"Task hookline.deliver[{e}] received" in log for e in held_ids)
 
     # Once the cool-down is over one of them is the probe; it succeeds and closes the circuit,

@@ -12,6 +12,7 @@ test's own, with real worker processes and a real receiver.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 
@@ -121,13 +122,13 @@ def test_a_delivered_event_is_acknowledged_in_its_settle(own_redis, receiver, st
     start_worker("acked", concurrency=4, extra_env={"REDIS_URL": url})
     deliver_one_at_a_time(client, endpoint.id, "warm", 3, 1)
     seen: list[tuple[str, str]] = []
-    stop = threading.Event()
+    # The watcher reads until it meets this command: everything sent before it is read.
+    marker = f"ECHO end-of-watch-{os.getpid()}"
 
     def watch() -> None:
         with client.monitor() as monitor:
             ready.set()
-            while not stop.is_set():
-                entry = monitor.next_command()
+            while (entry := monitor.next_command())["command"] != marker:
                 seen.append((entry["command"].split(" ")[0].upper(), entry["client_type"]))
 
     ready = threading.Event()
@@ -139,9 +140,9 @@ def test_a_delivered_event_is_acknowledged_in_its_settle(own_redis, receiver, st
     deliver.delay(failing.id, "order.paid", {"n": 0}, event_id="fails")
     wait_until(lambda: client.zcard("hookline:{schedule}:due") == 1 and idle(client, 1),
                timeout=20)
-    stop.set()
-    client.ping()  # one more command, so the watcher's last read returns
-    watcher.join(5)
+    client.echo(marker.split(" ")[1])
+    watcher.join(10)
+    assert not watcher.is_alive()
     own_zrems = [entry for entry in seen if entry == ("ZREM", "tcp")]
     script_zrems = [entry for entry in seen if entry == ("ZREM", "lua")]
     assert len(receiver.requests_to("/acked")) == events + 3
