@@ -45,13 +45,23 @@ def test_a_held_endpoint_is_parked_by_the_consumer_and_delivered_after(worker, r
     assert all(due is not None and due >= until for due in dues)
     assert receiver.requests_to("/held") == []
     # The consumer logs what its script parked once the script has returned.
-    log = wait_until(lambda: (lambda out: out if f"event_id={held_ids[0]} reason=breaker_open"
-                              in out and "by=consumer" in out else None)(worker.output()))
+    def parked_logged() -> str | None:
+        log = worker.output()
+        return log if f"event_id={held_ids[0]} reason=breaker_open" in log and (
+            "by=consumer" in log) else None
+
+    log = wait_until(parked_logged)
     assert not any(f"Task hookline.deliver[{e}] received" in log for e in held_ids)
 
     # Once the cool-down is over one of them is the probe; it succeeds and closes the circuit,
     # and every one is delivered once.
-    wait_until(lambda: all(Gate().is_delivered(held.id, e) for e in held_ids), timeout=30)
+    wait_until(lambda: all(Gate().is_delivered(held.id, e) for e in held_ids), timeout=30,
+               what=lambda: (sum(Gate().is_delivered(held.id, e) for e in held_ids),
+                             RetrySchedule().stats().by_endpoint.get(held.id),
+                             store.client().hgetall(keys.breaker_key(held.id)),
+                             [(m, due - redis_ms()) for m, due in store.client().zrange(
+                                 DUE_KEY, 0, 3, withscores=True)],
+                             worker.output()[-3000:]))
     assert sorted(r.webhook_id for r in receiver.requests_to("/held")) == sorted(held_ids)
 
 

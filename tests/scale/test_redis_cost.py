@@ -122,13 +122,13 @@ def test_a_delivered_event_is_acknowledged_in_its_settle(own_redis, receiver, st
     start_worker("acked", concurrency=4, extra_env={"REDIS_URL": url})
     deliver_one_at_a_time(client, endpoint.id, "warm", 3, 1)
     seen: list[tuple[str, str]] = []
-    # The watcher reads until it meets this command: everything sent before it is read.
-    marker = f"ECHO end-of-watch-{os.getpid()}"
+    # The watcher reads until it meets this ECHO: everything sent before it is read.
+    token = f"end-of-watch-{os.getpid()}"
 
     def watch() -> None:
         with client.monitor() as monitor:
             ready.set()
-            while (entry := monitor.next_command())["command"] != marker:
+            while (entry := monitor.next_command())["command"] != f"ECHO {token}":
                 seen.append((entry["command"].split(" ")[0].upper(), entry["client_type"]))
 
     ready = threading.Event()
@@ -140,7 +140,7 @@ def test_a_delivered_event_is_acknowledged_in_its_settle(own_redis, receiver, st
     deliver.delay(failing.id, "order.paid", {"n": 0}, event_id="fails")
     wait_until(lambda: client.zcard("hookline:{schedule}:due") == 1 and idle(client, 1),
                timeout=20)
-    client.echo(marker.split(" ")[1])
+    client.echo(token)
     watcher.join(10)
     assert not watcher.is_alive()
     own_zrems = [entry for entry in seen if entry == ("ZREM", "tcp")]
