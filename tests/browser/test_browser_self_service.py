@@ -27,7 +27,8 @@ TEST_EVENT_TYPE = "hookline:test"
 
 
 def type_into(browser: Browser, selector: str, text: str) -> None:
-    field = browser.css(selector)[0]
+    # Waited for: the field may be on a page a click has only begun to load.
+    field = browser.wait(lambda page: (page.css(selector) or [None])[0])
     field.clear()
     field.send_keys(text)
 

@@ -197,18 +197,24 @@ def test_a_job_snapshots_exactly_the_matching_entries_and_replays_each_once(lett
     assert (progress.state, progress.total, progress.replayed, progress.skipped) == (
         "running", 20, 0, 0)
     assert progress.params == {"endpoint": "ep-a1", "reason": "exhausted", "rate": "50/s"}
+    before = time.time()
     assert run(job_id, batch=7) == "done"
+    took = time.time() - before
     progress = replay_jobs.job(OPERATOR, job_id)
     assert (progress.state, progress.replayed, progress.skipped) == ("done", 20, 0)
     assert dead_letters.count(OPERATOR, query) == 1  # only the later one
     parked = {retry.id: retry for retry in RetrySchedule().scheduled()}
-    assert len(parked) == 20
-    dues = sorted(retry.due for retry in parked.values())
-    # One endpoint's line at 50/s from the job's start. Entries already due when the run
-    # begins (it may start late on a loaded machine) go at once, so the line's second half is
-    # what keeps the pace exactly (unless the run started 0.18 s late); averaged over its ten
-    # gaps, as each due time is read off the clock when its entry is parked.
-    assert 0.019 < (dues[-1] - dues[-11]) / 10 < 0.021, dues
+    # The plan: one endpoint's line at 50/s from the job's start.
+    plan = {entry.entry_id: entry.offset for entry in ReplayJobs().batch(job_id, 0, 100)}
+    assert set(parked) == set(plan)
+    assert sorted(plan.values()) == pytest.approx([0.02 * k for k in range(20)])
+    # Each parked no earlier than its place in the line (the due time counts from when the
+    # entry was parked, to the millisecond), and no later than the run's own delay: an entry
+    # already due when a late run reaches it goes at once.
+    for entry_id, offset in plan.items():
+        planned = progress.started_at + offset
+        assert planned - 0.002 <= parked[entry_id].due <= max(planned, before) + took + 0.01, (
+            entry_id, offset, parked[entry_id].due - progress.started_at)
     assert audit.recent(OPERATOR, limit=1).items[0].action == "dead_letter.bulk_replay"
 
 
@@ -264,18 +270,20 @@ def test_a_job_waiting_for_its_next_batch_parks_its_next_run_and_ends(letters, q
                                                                       ) -> None:
     """The run never sleeps: the next run waits in the retry schedule, the lease is free,
     and a cancel takes the next run out."""
+    # 30 entries at 24/m: one every 2.5 s, so a run on a loaded machine has 2.25 s before the
+    # next batch is due (at 1/s, 0.75 s).
     job_id = replay_jobs.start_bulk_replay(OPERATOR, DeadLetterQuery(endpoint="ep-a1"),
-                                           rate="1/s")  # 30 entries, 30 s
+                                           rate="24/m")
     slept: list[float] = []
     started = time.monotonic()
     assert JobRunner(job_id, sleep=slept.append).run() == "waiting"
     assert slept == [] and time.monotonic() - started < 2
     progress = replay_jobs.job(OPERATOR, job_id)
-    assert (progress.state, progress.replayed) == ("running", 6)  # due at 0 to 5 s
+    assert (progress.state, progress.replayed) == ("running", 3)  # due at 0, 2.5 and 5 s
     schedule = RetrySchedule()
     nexts = list(schedule.scheduled(CONTINUATIONS))
     assert [retry.id for retry in nexts] == [next_run_id(job_id)]
-    due = progress.started_at + 6.0 - 5.0  # the next batch's first, less the look ahead
+    due = progress.started_at + 7.5 - 5.0  # the next batch's first, less the look ahead
     assert abs(nexts[0].due - due) < 0.5
     assert ReplayJobs().take_lease(job_id, "another", 1) == 0  # given up
     ReplayJobs().take_lease(job_id, "another", -1)
@@ -288,13 +296,16 @@ def test_a_job_waiting_for_its_next_batch_parks_its_next_run_and_ends(letters, q
 
 def test_a_waiting_jobs_next_run_is_listed_as_the_job_not_as_an_endpoints_retry(
         letters, queued) -> None:
+    # 24/m: three entries each due within the look ahead (0, 2.5 and 5 s), the next run at
+    # 2.5 s, with room to spare on a loaded machine.
     job_id = replay_jobs.start_bulk_replay(OPERATOR, DeadLetterQuery(endpoint="ep-a1"),
-                                           rate="1/s")
-    own = replay_jobs.start_bulk_replay(TENANT, DeadLetterQuery(endpoint="ep-a2"), rate="1/s")
+                                           rate="24/m")
+    own = replay_jobs.start_bulk_replay(TENANT, DeadLetterQuery(endpoint="ep-a2"), rate="24/m")
     assert run(job_id) == "waiting" and run(own) == "waiting"
     waiting = schedule.waiting_jobs(OPERATOR)
     assert sorted(found.job_id for found in waiting) == sorted([job_id, own])
-    assert all(found.next_run > time.time() for found in waiting)
+    assert all(found.next_run >= replay_jobs.job(OPERATOR, found.job_id).started_at + 2.5 - 0.01
+               for found in waiting)
     assert [found.job_id for found in schedule.waiting_jobs(TENANT)] == [own]
     stats = schedule.schedule_stats(OPERATOR)
     assert set(stats.by_endpoint) == {"ep-a1", "ep-a2"}
