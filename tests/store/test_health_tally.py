@@ -187,7 +187,7 @@ def test_a_stalled_write_never_holds_up_an_attempt() -> None:
     started = time.monotonic()
     for n in range(100):
         tally.observe("ep-a", f"e{n + 1}", record(T0 + 1, 200, 0.01))
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 2.5  # well short of the write's 5 s stall
     release.set()
     writer.join(5)
     assert sum(c.delivered for c in tally._batch.minutes.values()) == 101
