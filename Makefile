@@ -16,7 +16,7 @@ export PYTHONDONTWRITEBYTECODE =
 TEST_REDIS_URL := $(or $(HOOKLINE_TEST_REDIS_URL),redis://127.0.0.1:6379/15)
 
 .PHONY: install venv redis demo test test-fast test-scale test-compat lint bench bench-schedule bench-compare \
-	bench-retries bench-sealing bench-ordered bench-outbox bench-imports chaos soak docs clean
+	bench-retries bench-sealing bench-ordered bench-outbox bench-imports bench-enqueue-sizes chaos soak docs clean
 
 install venv: $(STAMP)
 
@@ -105,6 +105,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.inflight
 	$(BIN)/python -m bench.console
 	$(BIN)/python -m bench.sealing
+	$(BIN)/python -m bench.enqueue_sizes
 	$(BIN)/python -m bench.ordered
 	$(BIN)/python -m bench.compare
 
@@ -125,6 +126,10 @@ bench-retries: $(STAMP)
 # Worker CPU per delivery with secrets encrypted at rest beside without (target <= 1.05).
 bench-sealing: $(STAMP)
 	$(BIN)/python -m bench.sealing $(BENCH_ARGS)
+
+# send_webhook beside a plain .delay() at payloads of 100 B, 2 KB and 20 KB (target <= 1.2).
+bench-enqueue-sizes: $(STAMP)
+	$(BIN)/python -m bench.enqueue_sizes $(BENCH_ARGS)
 
 # Ordered endpoints: 20,000 events on 200 keys under 503s and two kill -9 (order kept, no overlap),
 # a blocked key beside the others (target >= 0.9), ordered vs unordered events/s (target >= 0.5).

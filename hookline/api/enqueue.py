@@ -26,11 +26,14 @@ __all__ = ["EventIdConflict", "EventSpec", "PreparedEvent", "WebhookInputError",
 
 @bounded
 def prepare_event(spec: EventSpec, *, registry: EndpointRegistry | None = None,
-                  bind: bool = True, claim_on_publish: bool = False) -> PreparedEvent:
+                  bind: bool = True, claim_on_publish: bool = False,
+                  copy: bool = True) -> PreparedEvent:
     """The checks of :func:`send_webhook`, without enqueueing; raises
     :class:`WebhookInputError` (:class:`EventIdConflict` for a used id with other content).
     The payload is copied as JSON, so an event enqueued later (on a transaction's commit) is
-    the one validated now even if the caller's object changes.
+    the one validated now even if the caller's object changes; ``copy=False`` for an event
+    enqueued within the same call (:func:`send_webhook`), whose publish serialises the
+    caller's object before returning (a copy would cost a JSON parse of the whole payload).
 
     One Redis round trip: the endpoint exists, and the event id is free or bound to this
     content; ``bind`` binds a free id now (``False``: only check, for an event that may never
@@ -41,14 +44,14 @@ def prepare_event(spec: EventSpec, *, registry: EndpointRegistry | None = None,
     endpoint_id, event_type = spec.endpoint_id, spec.event_type
     event_id, deadline_ts, ordering_key = event.event_id, event.deadline, event.ordering_key
     size = len(event.text.encode())
-    copy = json.loads(event.text)
-    digest = content_digest(event_type, copy)
+    payload = json.loads(event.text) if copy else spec.payload
+    digest = content_digest(event_type, payload)
     if claim_on_publish:
-        return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest,
-                             unclaimed=True, ordering_key=ordering_key)
+        return PreparedEvent(endpoint_id, event_type, payload, event_id, deadline_ts, size,
+                             digest, unclaimed=True, ordering_key=ordering_key)
     raise_refused(claims(registry.redis if registry else None).claim(
         endpoint_id, event_id, digest, bind=bind), endpoint_id, event_id)
-    return PreparedEvent(endpoint_id, event_type, copy, event_id, deadline_ts, size, digest,
+    return PreparedEvent(endpoint_id, event_type, payload, event_id, deadline_ts, size, digest,
                          ordering_key=ordering_key)
 
 
@@ -91,7 +94,8 @@ def send_event(spec: EventSpec, *, registry: EndpointRegistry | None = None) -> 
     with tracing.producer(DELIVERY_QUEUE, endpoint_id=spec.endpoint_id,
                           event_id=spec.event_id) as span:
         sent = enqueue_prepared(prepare_event(
-            spec, registry=registry, claim_on_publish=registry is None and claims_on_publish()))
+            spec, registry=registry, claim_on_publish=registry is None and claims_on_publish(),
+            copy=False))
         if span is not None:
             span.set_attribute("hookline.event.id", sent)
         return sent

@@ -95,6 +95,26 @@ def test_same_id_same_content_is_enqueued_again_and_different_content_is_refused
     assert [kwargs["event_id"] for _, kwargs in queued(quiet_redis)] == ["evt-1", "evt-1"]
 
 
+def test_the_queued_payload_is_the_one_checked_as_json_the_callers_object_left_alone(
+        shop, quiet_redis):
+    """send_webhook queues the caller's payload without copying it first (its publish
+    serialises it before returning): what is queued is its JSON form, as a copy's would be,
+    and a change to the caller's object after the call reaches nothing."""
+    payload = {"n": 1, 7: "seven", "lines": ({"sku": "a"}, {"sku": "b"}), "z": None}
+    send_webhook("shop", "order.created", payload, "evt-json")
+    payload["n"] = 2
+    payload["lines"][0]["sku"] = "changed"
+    [(args, kwargs)] = queued(quiet_redis)
+    assert args[2] == {"n": 1, "7": "seven", "lines": [{"sku": "a"}, {"sku": "b"}], "z": None}
+    assert list(args[2]) == ["n", "7", "lines", "z"]  # the caller's key order, kept
+    assert kwargs["event_id"] == "evt-json"
+    # The id is bound to that content: the same again is no conflict, a changed one is.
+    send_webhook("shop", "order.created", {"n": 1, "7": "seven", "z": None,
+                                           "lines": [{"sku": "a"}, {"sku": "b"}]}, "evt-json")
+    with pytest.raises(EventIdConflict):
+        send_webhook("shop", "order.created", payload, "evt-json")
+
+
 def test_the_id_is_scoped_per_endpoint(shop, quiet_redis):
     EndpointRegistry().add("billing", "http://127.0.0.1:9/hook")
     send_webhook("shop", "order.created", {"n": 1}, "evt-2")
